@@ -55,11 +55,19 @@ SCENARIOS: dict[str, str] = {
 
 
 def scenario_names() -> list[str]:
-    return sorted(SCENARIOS)
+    """The Python scenarios above plus every `scenarios/<name>/scenario.yaml`."""
+    from .yaml_scenario import find_yaml_scenarios
+
+    return sorted(set(SCENARIOS) | set(find_yaml_scenarios()))
 
 
 def get_scenario(name: str) -> Scenario:
-    if name not in SCENARIOS:
+    if name in SCENARIOS:
+        module, _, attr = SCENARIOS[name].partition(":")
+        return getattr(importlib.import_module(module), attr)
+    from .yaml_scenario import find_yaml_scenarios, load_yaml_scenario
+
+    found = find_yaml_scenarios()
+    if name not in found:
         raise ConfigError(f"unknown scenario '{name}'; valid: {', '.join(scenario_names())}")
-    module, _, attr = SCENARIOS[name].partition(":")
-    return getattr(importlib.import_module(module), attr)
+    return load_yaml_scenario(found[name])

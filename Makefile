@@ -1,0 +1,23 @@
+# make run / make test: both set up .venv first (idempotent, fast when nothing changed).
+PY := .venv/bin/python
+ARGS ?=
+
+.PHONY: setup run test bench lint clean-cache
+
+setup:
+	@bash scripts/setup.sh
+
+run: setup
+	$(PY) run_agents.py --n 20 $(ARGS)
+
+test: setup
+	$(PY) -m pytest -q $(ARGS)
+
+bench: setup
+	$(PY) bench/generation.py $(ARGS)
+
+lint: setup
+	.venv/bin/ruff check .
+
+clean-cache:
+	rm -rf .cache

@@ -1,0 +1,451 @@
+"""HumanEvalFix (Python): fix a human-written bug in one function, with its tests as the specification.
+
+Each task's workspace holds the buggy module `<entry_point>.py` (``declaration + buggy_solution``)
+and a visible test file `test_<entry_point>.py` that imports the function and runs the dataset's
+`check` (the HumanEvalFixTests setting of bigcode-evaluation-harness: no docstring, the tests
+are the specification). Scoring copies only the final module into a fresh directory and runs
+the full hidden test against it in the sandbox, so edits to the visible tests change nothing.
+
+Data: `scenarios/humanevalfix/python.jsonl` (164 rows, sha256-pinned; see its README), a
+user-given `dataset_path` (.jsonl or .parquet), or the Hugging Face Hub with ``options["hub"]``.
+``options["timeout_s"]`` sets the hidden test's time limit (default 10 s, as bigcode's harness).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import re
+import secrets
+import shutil
+import tempfile
+import textwrap
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError
+from ..registry import PROJECT_ROOT
+from ..types import Conversation, ScoreResult, Task
+
+if TYPE_CHECKING:
+    from ..workspace import Workspace
+    from . import TaskQuery
+
+DATA_DIR = PROJECT_ROOT / "scenarios" / "humanevalfix"
+DATA_FILE = DATA_DIR / "python.jsonl"
+DATA_SHA256 = "8c10bb7ecb532e15932da3509a9ab3c490966060e47e3fc8302be3d3062b5650"
+HUB_DATASET = ("bigcode/humanevalpack", "python")
+REQUIRED_FIELDS = ("task_id", "declaration", "buggy_solution", "canonical_solution", "entry_point", "test")
+HIDDEN_TIMEOUT_S = 10.0  # bigcode-evaluation-harness uses 10 s for Python
+MAX_OUTPUT_CHARS = 4000
+HIDDEN_RUNNER = "_hidden_check.py"
+SINGLE_SHOT_SYSTEM = (
+    "You are an expert Python programmer. Reply with the complete fixed function in one "
+    "```python code block."
+)
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+# ---------------------------------------------------------------------------------------
+# Loading rows
+# ---------------------------------------------------------------------------------------
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _check_rows(rows: list[Any], source: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise ConfigError(f"{source}: row {i + 1}: expected an object, got {type(row).__name__}")
+        missing = [k for k in REQUIRED_FIELDS if not isinstance(row.get(k), str)]
+        if missing:
+            raise ConfigError(f"{source}: row {i + 1}: missing or non-string field(s): {', '.join(missing)}")
+        if not _IDENT.match(row["entry_point"]):
+            raise ConfigError(f"{source}: row {i + 1}: entry_point {row['entry_point']!r} is not a name")
+        out.append(row)
+    if not out:
+        raise ConfigError(f"{source}: no rows")
+    return out
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    rows: list[Any] = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read dataset: {e.strerror}") from None
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except ValueError as e:
+            raise ConfigError(f"{path}:{n}: invalid JSON: {e}") from None
+    return _check_rows(rows, str(path))
+
+
+def _read_parquet(path: Path) -> list[dict[str, Any]]:
+    import pandas as pd
+
+    try:
+        df = pd.read_parquet(path)
+    except ImportError as e:
+        raise ConfigError(f"{path}: reading parquet needs pyarrow (pip install pyarrow): {e}") from None
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path}: cannot read parquet: {str(e).splitlines()[0]}") from None
+    return _check_rows(df.to_dict("records"), str(path))
+
+
+def _read_hub() -> list[dict[str, Any]]:
+    source = f"hub dataset {HUB_DATASET[0]} ({HUB_DATASET[1]})"
+    try:
+        import datasets
+    except ImportError:
+        raise ConfigError(f"{source}: package 'datasets' is not installed (pip install datasets)") from None
+    try:
+        ds = datasets.load_dataset(*HUB_DATASET)["test"]
+    except Exception as e:  # the hub client raises many types (offline, HTTP, cache misses)
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ConfigError(f"{source}: cannot load ({type(e).__name__}: {msg})") from None
+    return _check_rows([dict(r) for r in ds], source)
+
+
+@lru_cache(maxsize=4)
+def _vendored_rows(path: Path, sha256: str) -> tuple[dict[str, Any], ...]:
+    if not path.is_file():
+        raise ConfigError(f"{path}: vendored HumanEvalFix data is missing")
+    actual = _sha256(path)
+    if actual != sha256:
+        raise ConfigError(f"{path}: sha256 {actual} does not match the pinned {sha256}")
+    return tuple(_read_jsonl(path))
+
+
+def load_rows(dataset_path: Path | None = None, *, hub: bool = False) -> list[dict[str, Any]]:
+    """Dataset rows: the Hub, a .jsonl/.parquet file, or the vendored, sha256-checked file."""
+    if hub:
+        return _read_hub()
+    if dataset_path is None:
+        return [dict(r) for r in _vendored_rows(DATA_FILE, DATA_SHA256)]
+    path = Path(dataset_path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: dataset file not found")
+    if path.suffix == ".parquet":
+        return _read_parquet(path)
+    if path.suffix in (".jsonl", ".json"):
+        return _read_jsonl(path)
+    raise ConfigError(f"{path}: dataset must be .jsonl or .parquet")
+
+
+def select_rows(rows: list[dict[str, Any]], task_ids: tuple[str, ...] = (), n: int | None = None,
+                scenario: str = "humanevalfix") -> list[tuple[int, dict[str, Any]]]:
+    """(position, row) for the given ids (``Python/12`` or ``12``) or all rows, then the first `n`."""
+    if n is not None and n < 0:
+        raise ConfigError(f"n must be >= 0, got {n}")
+    picked = list(enumerate(rows))
+    if task_ids:
+        by_id = {r["task_id"]: (i, r) for i, r in picked}
+        prefix = rows[0]["task_id"].split("/")[0] if "/" in rows[0]["task_id"] else ""
+        picked = []
+        for tid in dict.fromkeys(task_ids):
+            key = tid if tid in by_id else f"{prefix}/{tid}"
+            if key not in by_id:
+                first, last = rows[0]["task_id"], rows[-1]["task_id"]
+                short = f" or {first.split('/')[-1]}" if prefix else ""
+                raise ConfigError(f"{scenario}: unknown task id '{tid}'; ids look like {first}{short} "
+                                  f"({len(rows)} tasks, {first} … {last})")
+            picked.append(by_id[key])
+    return picked if n is None else picked[:n]
+
+
+# ---------------------------------------------------------------------------------------
+# Building tasks
+# ---------------------------------------------------------------------------------------
+
+
+def module_name(entry_point: str) -> str:
+    """File the function lives in; no entry point of the dataset shadows a stdlib module."""
+    return f"{entry_point}.py"
+
+
+def _prefix(row: dict[str, Any]) -> str:
+    imp = row.get("import") or ""
+    return imp if not imp or imp.endswith("\n") else imp + "\n"
+
+
+def visible_test(module: str, entry_point: str, test: str) -> str:
+    """The test file the agent sees and can run with the bare system Python."""
+    mod = module.removesuffix(".py")
+    return (
+        f"# Tests for {module}: they show the expected behaviour of {entry_point}.\n"
+        f"# Run: python3 test_{module}\n"
+        f"from {mod} import *\n"
+        f"from {mod} import {entry_point}\n\n"
+        f"{test.strip()}\n\n"
+        f'print("All tests passed.")\n'
+    )
+
+
+def hidden_program(module: str, entry_point: str, test: str, sentinel: str) -> str:
+    """The scorer's program: the module's names, then the dataset test, then a one-time sentinel.
+
+    The sentinel, printed only after `check` returns, stops a module that exits early with code 0
+    from passing; it does not defend against code that inspects the running program.
+    """
+    mod = module.removesuffix(".py")
+    return (
+        f"import {mod} as _solution\n"
+        "globals().update({k: v for k, v in vars(_solution).items() if not k.startswith('__')})\n"
+        f"from {mod} import {entry_point}\n\n"
+        f"{test.strip()}\n\n"
+        f"print({sentinel!r})\n"
+    )
+
+
+def statement(task_id: str, entry_point: str, module: str) -> str:
+    return (
+        f"Task {task_id}: the function `{entry_point}` in `{module}` has a bug.\n"
+        f"The tests in `test_{module}` show the expected behaviour. Read `{module}`, fix the bug, "
+        f"and run the tests to check your fix. Change only `{module}`; do not edit the tests."
+    )
+
+
+def build_task(row: dict[str, Any], index: int, scenario: str = "humanevalfix", label: str = "gold",
+               timeout_s: float = HIDDEN_TIMEOUT_S) -> Task:
+    """One Task from one dataset row (see the module docstring for the layout)."""
+    ep = row["entry_point"]
+    module = module_name(ep)
+    test_file = f"test_{module}"
+    buggy = _prefix(row) + row["declaration"] + row["buggy_solution"]
+    fixed = _prefix(row) + row["declaration"] + row["canonical_solution"]
+    return Task(
+        id=row["task_id"],
+        scenario=scenario,
+        statement=statement(row["task_id"], ep, module),
+        files={module: buggy, test_file: visible_test(module, ep, row["test"])},
+        label=label,
+        test_cmd=["python3", test_file],
+        oracle=[
+            {"tool": "read_file", "args": {"path": module}},
+            {"tool": "write_file", "args": {"path": module, "content": fixed}},
+            {"tool": "run_tests", "args": {}},
+        ],
+        metadata={
+            "index": index,
+            "task_id": row["task_id"],
+            "entry_point": ep,
+            "bug_type": row.get("bug_type", ""),
+            "failure_symptoms": row.get("failure_symptoms", ""),
+            "module": module,
+            "test_file": test_file,
+            "declaration": _prefix(row) + row["declaration"],
+            "hidden_test": row["test"],
+            "timeout_s": timeout_s,
+        },
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Scoring
+# ---------------------------------------------------------------------------------------
+
+
+def _truncate(text: str, limit: int = MAX_OUTPUT_CHARS) -> str:
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n… [{len(text) - limit} chars cut] …\n{text[-half:]}"
+
+
+def run_hidden_test(source: str | None, module: str, entry_point: str, test: str,
+                    timeout_s: float = HIDDEN_TIMEOUT_S) -> ScoreResult:
+    """Run `test` against `source` (the module text) in a fresh temp dir, in the sandbox."""
+    from ..sandbox import Limits, run_sandboxed
+
+    if source is None:
+        return ScoreResult(passed=False, output=f"{module} is missing or not a regular file",
+                           details={"module": module, "reason": "missing"})
+    sentinel = f"HIDDEN-CHECK-PASSED-{secrets.token_hex(16)}"
+    tmp = Path(tempfile.mkdtemp(prefix="hef-score-"))
+    try:
+        (tmp / module).write_text(source, encoding="utf-8")
+        program = hidden_program(module, entry_point, test, sentinel)
+        (tmp / HIDDEN_RUNNER).write_text(program, encoding="utf-8")
+        limits = replace(Limits(), cpu_s=max(1, int(timeout_s)), wall_s=timeout_s)
+        res = run_sandboxed(["python3", "-B", HIDDEN_RUNNER], tmp, limits=limits)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    seen = any(line.strip() == sentinel for line in res.stdout.splitlines())
+    passed = res.returncode == 0 and not res.timed_out and seen
+    stdout = "\n".join(line for line in res.stdout.splitlines() if line.strip() != sentinel)
+    output = _truncate((stdout + ("\n" if stdout and res.stderr else "") + res.stderr).strip())
+    if res.timed_out:
+        why = res.killed_reason or "timeout"
+        output = _truncate(f"timed out after {timeout_s:g}s ({why})\n{output}".strip())
+    elif res.returncode == 0 and not seen:
+        output = _truncate(f"the tests did not run to completion (exit 0 before the end)\n{output}".strip())
+    return ScoreResult(
+        passed=passed,
+        output=output or ("hidden tests passed" if passed else f"exit code {res.returncode}"),
+        details={"module": module, "returncode": res.returncode, "timed_out": res.timed_out,
+                 "killed_reason": res.killed_reason, "duration_s": round(res.duration_s, 3),
+                 "completed": seen, "sandbox": res.sandbox},
+    )
+
+
+def _read_module(ws: Workspace, module: str) -> str | None:
+    path = Path(ws.root) / module
+    if not path.is_file() or path.is_symlink():
+        return None
+    return path.read_text(encoding="utf-8", errors="replace")
+
+
+# ---------------------------------------------------------------------------------------
+# Single-shot baseline: extract code from a completion and build the module
+# ---------------------------------------------------------------------------------------
+
+_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
+_CODE_START = re.compile(r"^(from |import |def |async def |class |@)")
+_KEEP = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign,
+         ast.AnnAssign)
+
+
+def _def_re(name: str, top_level: bool = False) -> re.Pattern[str]:
+    indent = "" if top_level else r"[ \t]*"
+    return re.compile(rf"^{indent}(async\s+)?def\s+{re.escape(name)}\s*\(", re.M)
+
+
+def _defines(code: str, name: str, top_level: bool = False) -> bool:
+    return _def_re(name, top_level).search(code) is not None
+
+
+def extract_code(completion: str, entry_point: str | None = None) -> str:
+    """The code in a completion: the fenced block defining `entry_point` (else the first python
+    block), or, without fences, the text from its first line of code on."""
+    blocks = [(lang.lower(), body) for lang, body in _FENCE.findall(completion)]
+    if blocks:
+        py = [b for lang, b in blocks if lang in ("", "python", "py", "python3")] or [b for _, b in blocks]
+        if entry_point:
+            defining = [b for b in py if _defines(b, entry_point)]
+            if defining:
+                return defining[0]
+        return py[0]
+    lines = completion.splitlines()
+    if lines and lines[0][:1] in (" ", "\t"):
+        return completion  # a continuation: an indented body
+    for i, line in enumerate(lines):
+        if _CODE_START.match(line):
+            return "\n".join(lines[i:]) + "\n"
+    return completion
+
+
+def _parse_prefix(code: str) -> ast.Module | None:
+    """Parse the longest prefix of `code` (whole lines) that is valid Python; prose may follow."""
+    lines = code.splitlines()
+    for end in range(len(lines), 0, -1):
+        try:
+            return ast.parse("\n".join(lines[:end]))
+        except SyntaxError:
+            continue
+    return None
+
+
+def _top_level_code(code: str, tree: ast.Module, prefix: str) -> str:
+    """Imports, definitions and assignments; drops prints, asserts and `if __name__` blocks, and
+    imports that `prefix` already has."""
+    lines = code.splitlines()
+    have = {line.strip() for line in prefix.splitlines()}
+    keep: list[str] = []
+    for node in tree.body:
+        if isinstance(node, _KEEP):
+            start = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+            text = "\n".join(lines[start - 1: node.end_lineno])
+            if not (isinstance(node, ast.Import | ast.ImportFrom) and text.strip() in have):
+                keep.append(text)
+    return "\n\n\n".join(keep) + "\n"
+
+
+def _declaration_prefix(declaration: str, entry_point: str) -> str:
+    """The declaration above `def <entry_point>`: imports and helper functions."""
+    m = _def_re(entry_point, top_level=True).search(declaration)
+    return declaration[: m.start()] if m else ""
+
+
+def fixed_module(task: Task, completion: str) -> str | None:
+    """The module text a completion stands for; None when it holds no code at all."""
+    ep = task.metadata["entry_point"]
+    declaration = task.metadata["declaration"]
+    code = extract_code(completion, ep).expandtabs(4)
+    if not code.strip():
+        return None
+    tree = _parse_prefix(code)
+    defines = tree is not None and any(
+        isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == ep for n in tree.body
+    )
+    if defines and tree is not None:
+        prefix = _declaration_prefix(declaration, ep)
+        return prefix + _top_level_code(code, tree, prefix)
+    if _defines(code, ep, top_level=True):
+        return _declaration_prefix(declaration, ep) + code  # a full function that does not parse
+    # A body only. As in bigcode's post-processing, an indented continuation ends at the first
+    # line that starts in column 0.
+    lines = code.splitlines()
+    if lines and lines[0][:1] == " ":
+        for i, line in enumerate(lines[1:], 1):
+            if line.strip() and not line[0].isspace():
+                lines = lines[:i]
+                break
+    body = textwrap.indent(textwrap.dedent("\n".join(lines)).strip("\n"), "    ")
+    return declaration.rstrip("\n") + "\n" + body + "\n"
+
+
+# ---------------------------------------------------------------------------------------
+# The scenario
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class HumanEvalFix:
+    """HumanEvalFix-Python as an agent scenario and a single-shot baseline."""
+
+    name: str = "humanevalfix"
+    description: str = "Fix a bug in one Python function; the tests in the workspace are the specification"
+    labels: tuple[str, ...] = ("gold",)
+    timeout_s: float = HIDDEN_TIMEOUT_S
+
+    def load_tasks(self, query: TaskQuery) -> list[Task]:
+        if query.label not in self.labels:
+            raise ConfigError(f"{self.name}: unknown label '{query.label}'; valid: {', '.join(self.labels)}")
+        rows = load_rows(query.dataset_path, hub=bool(query.options.get("hub")))
+        timeout = float(query.options.get("timeout_s", self.timeout_s))
+        return [build_task(row, i, self.name, query.label, timeout)
+                for i, row in select_rows(rows, tuple(query.task_ids), query.n, self.name)]
+
+    def score(self, task: Task, ws: Workspace, tool_calls: list[dict[str, Any]]) -> ScoreResult:
+        """Hidden test against the final module only; what the agent claims plays no part."""
+        md = task.metadata
+        return run_hidden_test(_read_module(ws, md["module"]), md["module"], md["entry_point"],
+                               md["hidden_test"], float(md.get("timeout_s", self.timeout_s)))
+
+    def single_shot_prompt(self, task: Task) -> Conversation:
+        """bigcode-evaluation-harness HumanEvalFixTests, `instruct` prompt: the buggy function, its
+        tests, then "Fix bugs in <entry_point>.". The trailing declaration that prompt ends with is
+        left out: chat backends cannot pre-fill the reply; the system message asks for a code block."""
+        md = task.metadata
+        context = task.files[md["module"]] + "\n" + md["hidden_test"]
+        user = (context + "\n" + f"Fix bugs in {md['entry_point']}.").strip()
+        return [{"role": "system", "content": SINGLE_SHOT_SYSTEM}, {"role": "user", "content": user}]
+
+    def apply_single_shot(self, task: Task, ws: Workspace, completion: str) -> None:
+        """Write the module a completion stands for; a completion without code changes nothing."""
+        source = fixed_module(task, completion)
+        if source is not None:
+            (Path(ws.root) / task.metadata["module"]).write_text(source, encoding="utf-8")
+
+
+SCENARIO = HumanEvalFix()

@@ -1,0 +1,8 @@
+"""Invoice totals."""
+
+
+def invoice_total(net: float, discount_pct: float = 0.0, tax_pct: float = 20.0) -> float:
+    """Net price, minus the discount, plus tax; rounded to cents."""
+    tax = net * tax_pct / 100
+    discounted = net * (1 - discount_pct / 100)
+    return round(discounted + tax, 2)

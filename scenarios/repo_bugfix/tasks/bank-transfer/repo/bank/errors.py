@@ -1,0 +1,2 @@
+class InsufficientFunds(Exception):
+    """The account balance does not cover the withdrawal."""

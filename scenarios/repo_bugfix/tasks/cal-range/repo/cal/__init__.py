@@ -1,0 +1,1 @@
+"""Calendar helpers for booking nights and days."""

@@ -1,0 +1,1 @@
+"""Layered configuration: defaults, then files, then overrides."""

@@ -1,0 +1,1 @@
+"""Summaries of sales exported as CSV text."""

@@ -1,0 +1,1 @@
+"""Small matrices as lists of rows."""

@@ -1,0 +1,1 @@
+"""Memoization with a bounded least-recently-used cache."""

@@ -1,0 +1,1 @@
+"""A tiny shop: items, a cart and pricing rules."""

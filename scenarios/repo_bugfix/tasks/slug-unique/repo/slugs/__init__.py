@@ -1,0 +1,1 @@
+"""URL slugs for article titles, unique within a site."""

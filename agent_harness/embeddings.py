@@ -73,9 +73,7 @@ class Embedder:
             if source is None:
                 from .weights import hub_reachable
 
-                if Path(self.name).is_dir():
-                    source = self.name
-                elif hub_reachable():
+                if Path(self.name).is_dir() or hub_reachable():
                     source = self.name
                 else:
                     raise MissingExtraError(
@@ -86,8 +84,8 @@ class Embedder:
 
             hf_logging.disable_progress_bar()
             self._model = SentenceTransformer(source, device="cpu")
-            dim_of = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
-            self.dim = int(dim_of())
+            dim_of = getattr(self._model, "get_embedding_dimension", None)
+            self.dim = int(dim_of() if dim_of else self._model.get_sentence_embedding_dimension())
             log.info("embeddings: %s loaded from %s (dim %d)", self.name, source, self.dim)
         return self._model
 

@@ -66,6 +66,7 @@ REPAIRS: tuple[str, ...] = (
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,), "array": (list,), "integer": (int,), "boolean": (bool,), "object": (dict,),
+    "string|array": (str, list),
 }
 _TOOL_KEYS = ("tool", "name", "tool_name", "function")
 _ARGS_KEYS = ("args", "arguments", "parameters", "params", "input")
@@ -117,7 +118,7 @@ class _Marker:
 def _example_value(p: ToolParam) -> Any:
     if p.type == "string":
         return "main.py" if "path" in p.name or "file" in p.name else "..."
-    return {"array": ["..."], "integer": 1, "boolean": True, "object": {}}[p.type]
+    return {"array": ["..."], "integer": 1, "boolean": True, "object": {}, "string|array": "..."}[p.type]
 
 
 def _example_call(tools: Sequence[ToolSpec]) -> str:
@@ -363,6 +364,7 @@ def _type_error(spec: ToolSpec, p: ToolParam, value: Any) -> str:
         "integer": "an integer like 30 (no quotes)",
         "boolean": "true or false (no quotes)",
         "object": 'a JSON object like {"key": "value"}',
+        "string|array": 'a JSON string like "python3 -m unittest" (or an array of strings)',
     }[p.type]
     return f"{base} {want}, got {_type_name(value)} {_preview(value)}."
 

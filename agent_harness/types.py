@@ -81,7 +81,7 @@ class ToolParam:
     """One argument of a tool: its name, JSON type and a short description."""
 
     name: str
-    type: Literal["string", "array", "integer", "boolean", "object"]
+    type: Literal["string", "array", "integer", "boolean", "object", "string|array"]
     doc: str
     required: bool = True
 
@@ -99,7 +99,8 @@ class ToolSpec:
         return tuple(p.name for p in self.params if p.required)
 
     def signature(self) -> str:
-        args = ", ".join(f"{p.name}: {p.type}" + ("" if p.required else "?") for p in self.params)
+        # "string|array" shows as string: the form small models get right; arrays are accepted too.
+        args = ", ".join(f"{p.name}: {p.type.split('|')[0]}" + ("" if p.required else "?") for p in self.params)
         return f"{self.name}({args})"
 
 

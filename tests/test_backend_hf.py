@@ -113,3 +113,32 @@ def test_context_length_clips_and_overflows(hf_backend: HFBackend, monkeypatch: 
     assert clipped.completion_tokens == 5 and clipped.finish_reason == "length" and clipped.text
     assert overflow.text == "" and overflow.finish_reason == "length" and overflow.completion_tokens == 0
     assert overflow.prompt_tokens > n_prompt + 5
+
+
+@pytest.mark.model
+def test_kv_reuse_matches_generate_and_hits_the_cache(hf_backend: HFBackend) -> None:
+    """The reuse path (default) and transformers' generate agree on greedy text over two agent turns,
+    and the second turn is served mostly from the stored prefix."""
+    store = hf_backend.kv_store
+    assert store is not None
+    store.clear()
+    params = GenParams(max_tokens=20, stop=("\nOBSERVATION:",))
+    convs: list[Conversation] = [CONVS[1], COUNT]
+    first = hf_backend.generate(convs, params)
+    nxt = [[*c, {"role": "assistant", "content": f.text}, {"role": "user", "content": "OBSERVATION:\nok. Go on."}]
+           for c, f in zip(convs, first, strict=True)]
+    hits_before, miss_before = store.hits_tokens, store.miss_tokens
+    second = hf_backend.generate(nxt, params)
+    reused = store.hits_tokens - hits_before
+    computed = store.miss_tokens - miss_before
+    assert reused >= sum(c.prompt_tokens for c in first), (reused, computed)  # whole first prompts reused
+    hf_backend.kv_store = None  # the generate() path, same weights
+    try:
+        ref_first = hf_backend.generate(convs, params)
+        ref_second = hf_backend.generate(nxt, params)
+    finally:
+        hf_backend.kv_store = store
+    assert [c.text for c in first] == [c.text for c in ref_first]
+    assert [c.text for c in second] == [c.text for c in ref_second]
+    assert [c.completion_tokens for c in second] == [c.completion_tokens for c in ref_second]
+    assert [c.finish_reason for c in second] == [c.finish_reason for c in ref_second]

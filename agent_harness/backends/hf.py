@@ -26,12 +26,16 @@ if TYPE_CHECKING:
     import torch
 
     from ..registry import ModelSpec
+    from .kv_reuse import PrefixStore
 
 log = logging.getLogger(__name__)
 
 # Sub-batch limits; override with AGENT_HARNESS_HF_MAX_BATCH / AGENT_HARNESS_HF_MAX_BATCH_TOKENS.
 DEFAULT_MAX_BATCH = {"cpu": 32, "cuda": 64}
 DEFAULT_MAX_BATCH_TOKENS = {"cpu": 48_000, "cuda": 400_000}
+# KV-cache reuse across agent steps (kv_reuse.py): on unless AGENT_HARNESS_HF_KV_REUSE=0; the store's
+# size in MiB is AGENT_HARNESS_HF_KV_CACHE_MB.
+DEFAULT_KV_CACHE_MB = {"cpu": 2048, "cuda": 8192}
 
 
 def _env_int(name: str, default: int) -> int:
@@ -122,10 +126,17 @@ class HFBackend:
         self.max_batch = _env_int("AGENT_HARNESS_HF_MAX_BATCH", DEFAULT_MAX_BATCH[self.device])
         self.max_batch_tokens = _env_int("AGENT_HARNESS_HF_MAX_BATCH_TOKENS",
                                          DEFAULT_MAX_BATCH_TOKENS[self.device])
+        self.kv_store: PrefixStore | None = None
+        if os.environ.get("AGENT_HARNESS_HF_KV_REUSE", "1") != "0":
+            from .kv_reuse import PrefixStore
+
+            mb = _env_int("AGENT_HARNESS_HF_KV_CACHE_MB", DEFAULT_KV_CACHE_MB[self.device])
+            self.kv_store = PrefixStore(budget_bytes=mb << 20)
         details: dict[str, Any] = {
             "model_dir": source, "dtype": dtype_name, "weights_dtype": weights_dtype,
             "load_s": round(self.load_s, 2),
             "max_batch": self.max_batch, "max_batch_tokens": self.max_batch_tokens,
+            "kv_reuse": self.kv_store is not None,
             "torch": torch.__version__, "transformers": transformers.__version__,
         }
         if cuda:
@@ -248,6 +259,34 @@ class HFBackend:
         return [c for c in results if c is not None]
 
     def _run(self, batch: list[_Row], params: GenParams, stops: tuple[str, ...]) -> list[Completion]:
+        if self.kv_store is not None:
+            return self._run_reusing_kv(batch, params, stops)
+        return self._run_generate(batch, params, stops)
+
+    def _run_reusing_kv(self, batch: list[_Row], params: GenParams,
+                        stops: tuple[str, ...]) -> list[Completion]:
+        """Our own decode loop: stored KV prefixes, chunked prefill, finished rows leave the batch."""
+        import torch
+
+        from .kv_reuse import DecodeRow, decode
+
+        assert self.kv_store is not None
+        ends = self.eos_ids | {self.pad_id}
+        window = max((len(s) for s in stops), default=0) + 8  # tokens: one completes a stop ending in it
+        detok = self.tokenizer.decode
+
+        def is_done(toks: list[int], max_new: int) -> bool:
+            if toks[-1] in ends or len(toks) >= max_new:
+                return True
+            return bool(stops) and any(s in detok(toks[-window:], skip_special_tokens=True) for s in stops)
+
+        with torch.inference_mode():
+            out = decode(self.model, [DecodeRow(r.ids, r.max_new) for r in batch], params, self.kv_store,
+                         self.pad_id, is_done)
+        return [self._finish(r, res.tokens, stops, res.latency_s) for r, res in zip(batch, out, strict=True)]
+
+    def _run_generate(self, batch: list[_Row], params: GenParams, stops: tuple[str, ...]) -> list[Completion]:
+        """transformers' `generate` on the left-padded batch (no reuse between calls)."""
         import torch
         from transformers import GenerationConfig, StoppingCriteriaList
 
@@ -329,6 +368,8 @@ class HFBackend:
         if getattr(self, "model", None) is None:
             return
         self.model = None
+        if self.kv_store is not None:
+            self.kv_store.clear()
         gc.collect()
         if self.device == "cuda":
             import torch

@@ -38,6 +38,8 @@ def run_parser(prog: str = "agent-harness run") -> argparse.ArgumentParser:
     p.add_argument("--no-syntax-check", action="store_true", help="helper off: syntax check of written .py")
     p.add_argument("--no-failure-extract", action="store_true", help="helper off: failing line from test output")
     p.add_argument("--no-repeat-detection", action="store_true", help="helper off: repeated-call notice")
+    p.add_argument("--backend", choices=["transformers", "vllm", "openai", "scripted"], default=None,
+                   help="force this backend for every model (default: each model's own, with fallback)")
     p.add_argument("--workers", type=int, default=4, help="threads for tools and tests")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--list-models", action="store_true", help="print the registry and exit")
@@ -79,6 +81,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         task_ids=tuple(t.strip() for t in args.tasks.split(",")) if args.tasks else (), samples=args.samples,
         out=args.out, resume=args.resume, concurrency=args.concurrency, seed=args.seed, embed=not args.no_embed,
         mode=args.mode.replace("-", "_"), dataset_path=args.dataset_path, workers=args.workers,
+        backend=args.backend,
         progress=not args.no_progress and sys.stderr.isatty(),
         agent=AgentConfig(
             max_steps=args.max_steps, max_total_tokens=args.max_total_tokens or None,

@@ -61,7 +61,7 @@ REPAIRS: tuple[str, ...] = (
     "missing_thought", "json_fence", "json_next_line", "trailing_text", "text_before_json",
     "name_outside_json", "xml_tool_call", "inline_marker", "missing_marker", "literal_newlines",
     "python_literal", "alt_keys", "flat_args", "extra_keys", "args_json_string", "args_omitted",
-    "null_arg", "tool_name_case",
+    "null_arg", "tool_name_case", "content_block",
 )
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
@@ -87,6 +87,8 @@ _FENCE_LINE = re.compile(r"^[ \t]*```[\w+-]*[ \t]*$", re.MULTILINE)
 _CLOSERS = re.compile(r"\A(?:\s|\)|```|</tool_call>|`)*")
 _FENCE_BEFORE = re.compile(r"```[\w+-]*[ \t]*\n?[ \t]*\Z")
 _FENCE_AFTER = re.compile(r"\n[ \t]*```[ \t]*\Z")
+# A fenced block right after the call's JSON: the text of a required string argument left out of it.
+_CONTENT_BLOCK = re.compile(r"```[\w+.-]*[ \t]*\n(?P<body>.*?)^[ \t]*```[ \t]*$", re.DOTALL | re.MULTILINE)
 
 
 @dataclass
@@ -138,6 +140,8 @@ def _tool_line(spec: ToolSpec) -> str:
 def render_system_prompt(tools: Sequence[ToolSpec], preamble: str = "") -> str:
     """The system prompt: tools (from their specs), the reply format with examples, the rules."""
     names = {t.name for t in tools}
+    block_tool = next((t for t in tools if "content" in t.required
+                       and any(p.name == "content" and p.type == "string" for p in t.params)), None)
     lines: list[str] = [preamble.strip(), ""] if preamble.strip() else []
     lines.append("You are a coding agent. You work on files in a workspace by calling tools.")
     if tools:
@@ -152,6 +156,11 @@ def render_system_prompt(tools: Sequence[ToolSpec], preamble: str = "") -> str:
     if tools:
         lines += ["", "Example:", "THOUGHT: I need to see the code first.",
                   f"TOOL_CALL: {_example_call(tools)}"]
+    if block_tool is not None:
+        head = {p.name: _example_value(p) for p in block_tool.params if p.required and p.name != "content"}
+        lines += ["", "Example:", "THOUGHT: The loop must stop one step earlier. I rewrite the file.",
+                  f"TOOL_CALL: {json.dumps({'tool': block_tool.name, 'args': head})}",
+                  "```python", "def last(xs):", "    return xs[len(xs) - 1]", "```"]
     lines += ["", "Example:", "THOUGHT: The fix is done and checked.",
               "FINAL: Fixed the bug in the loop bound."]
     rules = [
@@ -162,6 +171,9 @@ def render_system_prompt(tools: Sequence[ToolSpec], preamble: str = "") -> str:
         rules.append("Paths are relative to the workspace.")
     if "write_file" in names:
         rules.append("write_file replaces the whole file: send the complete new content.")
+    if block_tool is not None:
+        rules.append(f'For {block_tool.name}, leave "content" out of the JSON and put the text in a ``` block '
+                     "right after the TOOL_CALL line, as in the example.")
     if "run_tests" in names:
         rules.append("Run run_tests before FINAL.")
     if not tools:
@@ -446,6 +458,7 @@ def _parse_call(
     else:
         obj, end = _decode(text, brace, repairs)
         spec_args = _split_call(obj, hint, tools, repairs)
+        end = _content_block(text, end, spec_args, repairs)
     later = [m for m in markers if m.start >= end]
     if any(m.kind == "call" for m in later):
         raise FormatError(_TWO_CALLS)
@@ -461,6 +474,34 @@ def _parse_call(
         repairs.append("trailing_text")
     spec, args = spec_args
     return spec, _check_args(spec, args, repairs)
+
+
+def _content_block(text: str, end: int, spec_args: tuple[ToolSpec, Any], repairs: list[str]) -> int:
+    """Fill a required string argument missing from the JSON with the ``` block that follows it.
+
+    Writing a file as a JSON string (every newline and quote escaped) is where small models fail
+    most; a fenced code block is the form they were trained on. Returns the new end of the call.
+    """
+    spec, args = spec_args
+    if not isinstance(args, dict):
+        return end
+    missing = [p.name for p in spec.params if p.required and p.type == "string" and p.name not in args]
+    if len(missing) != 1:
+        return end
+    i = end + len(text[end:]) - len(text[end:].lstrip())
+    if "json_fence" in repairs and re.match(r"```[ \t]*(\n|\Z)", text[i:]):  # the fence that closed the JSON
+        i += 3
+        i += len(text[i:]) - len(text[i:].lstrip())
+    if not text.startswith("```", i):
+        return end
+    m = _CONTENT_BLOCK.match(text, i)
+    if m is None:
+        raise FormatError(f'The ``` block with "{missing[0]}" after TOOL_CALL: is not closed: end it with a '
+                          "line that holds only ```. Was the reply cut off? Keep it shorter.")
+    body = m["body"]
+    args[missing[0]] = body if body.endswith("\n") or not body else body + "\n"
+    repairs.append("content_block")
+    return m.end()
 
 
 def _second_call(rest: str) -> bool:

@@ -20,7 +20,8 @@ from typing import Any
 from .agent import AgentConfig, Episode
 from .backends import load_backend
 from .registry import ModelSpec
-from .scenarios import SingleShot, TaskQuery, get_scenario
+from .errors import ConfigError
+from .scenarios import Scenario, SingleShot, TaskQuery, get_scenario
 from .trace import SCHEMA_VERSION, harness_version, is_complete, trace_path, write_json_atomic
 from .types import Backend, Completion, GenParams, Task
 from .workspace import Workspace
@@ -48,6 +49,7 @@ class RunConfig:
     agent: AgentConfig = field(default_factory=AgentConfig)
     workers: int = 4  # threads running tools, tests and workspace set-up
     progress: bool = True
+    backend: str | None = None  # force this backend for every model (default: each model's own)
 
 
 @dataclass
@@ -57,6 +59,7 @@ class Job:
     sample: int
     scenario: str  # directory name: scenario, or "<scenario>-single_shot"
     path: Path
+    scenario_name: str = ""  # the registry name (scoring)
 
 
 @dataclass
@@ -84,7 +87,7 @@ def plan_jobs(cfg: RunConfig) -> Iterator[tuple[str, str, list[Job]]]:
             tasks = scenario.load_tasks(query)
             dirname = name if cfg.mode == "agent" else f"{name}-single_shot"
             yield name, label, [
-                Job(t, _task_index(t, i), s, dirname, Path())
+                Job(t, _task_index(t, i), s, dirname, Path(), name)
                 for i, t in enumerate(tasks)
                 for s in range(cfg.samples)
             ]
@@ -122,14 +125,36 @@ def _header(cfg: RunConfig, spec: ModelSpec, backend: Backend, job: Job, ep_para
 
 
 class ModelRun:
-    """Runs one model's jobs with a batched tick loop; reports progress through `on_done`."""
+    """Runs one model's jobs (any scenarios and labels) with a batched tick loop.
 
-    def __init__(self, cfg: RunConfig, spec: ModelSpec, backend: Backend, scenario: str, embedder: Any,
+    Progress goes to `on_done`; counters (tokens, time inside `generate`) feed the run log.
+    """
+
+    def __init__(self, cfg: RunConfig, spec: ModelSpec, backend: Backend, embedder: Any,
                  pool: ThreadPoolExecutor, on_done: Callable[[dict[str, Any]], None]) -> None:
         self.cfg, self.spec, self.backend, self.embedder = cfg, spec, backend, embedder
-        self.scenario = get_scenario(scenario)
+        self._scenarios: dict[str, Scenario] = {}
         self.pool, self.on_done = pool, on_done
-        self.tokens = 0
+        self.tokens = 0  # completion tokens
+        self.prompt_tokens = 0
+        self.gen_s = 0.0  # wall time inside backend.generate
+        self.calls = 0
+        self.rows = 0
+
+    def _generate(self, prompts: list[Any], params: GenParams) -> list[Completion]:
+        t0 = time.perf_counter()
+        completions = self.backend.generate(prompts, params)
+        self.gen_s += time.perf_counter() - t0
+        self.calls += 1
+        self.rows += len(prompts)
+        self.tokens += sum(c.completion_tokens for c in completions)
+        self.prompt_tokens += sum(c.prompt_tokens for c in completions)
+        return completions
+
+    def scenario(self, job: Job) -> Scenario:
+        if job.scenario_name not in self._scenarios:
+            self._scenarios[job.scenario_name] = get_scenario(job.scenario_name)
+        return self._scenarios[job.scenario_name]
 
     # -- episode lifecycle -------------------------------------------------------------
     def _start(self, job: Job) -> Live:
@@ -157,7 +182,7 @@ class ModelRun:
         ep, out = live.episode, live.trace["outcome"]
         try:
             tool_calls = [{"tool": s["tool"], "args": s["args"]} for s in ep.steps if s["type"] == "tool_call"]
-            score = self.scenario.score(ep.task, ep.ws, tool_calls)
+            score = self.scenario(live.job).score(ep.task, ep.ws, tool_calls)
             out.update(passed=score.passed, compromised=score.compromised, test_output=score.output[-4000:],
                        score_details=score.details, diff=ep.ws.diff()[-20000:])
         except Exception as e:  # a scorer fault is recorded, never lost
@@ -189,26 +214,26 @@ class ModelRun:
                 by_params.setdefault(lv.episode.gen_params(), []).append(lv)
             advanced: list[Live] = []
             for params, group in by_params.items():
-                completions = self.backend.generate([lv.episode.prompt() for lv in group], params)
-                self.tokens += sum(c.completion_tokens for c in completions)
+                completions = self._generate([lv.episode.prompt() for lv in group], params)
                 advanced.extend(self.pool.map(self._advance, group, completions))
             live = [lv for lv in advanced if not lv.episode.done]
             for trace in self.pool.map(self._finish, [lv for lv in advanced if lv.episode.done]):
                 self.on_done(trace)
 
     def run_single_shot(self, jobs: list[Job]) -> None:
-        if not isinstance(self.scenario, SingleShot):
-            raise ValueError(f"scenario '{self.scenario.name}' has no single-shot baseline")
+        for job in jobs:
+            if not isinstance(self.scenario(job), SingleShot):
+                raise ConfigError(f"scenario '{job.scenario_name}' has no single-shot baseline")
         for i in range(0, len(jobs), self.cfg.concurrency):
             chunk = list(self.pool.map(self._start, jobs[i : i + self.cfg.concurrency]))
-            prompts = [self.scenario.single_shot_prompt(lv.job.task) for lv in chunk]
+            shots: list[Any] = [self.scenario(lv.job) for lv in chunk]
+            prompts = [sc.single_shot_prompt(lv.job.task) for sc, lv in zip(shots, chunk, strict=True)]
             params = self.spec.gen_params(seed=self.cfg.seed)
             params = GenParams(**{**asdict(params), "max_tokens": max(params.max_tokens, 768), "stop": ()})
-            completions = self.backend.generate(prompts, params)
-            self.tokens += sum(c.completion_tokens for c in completions)
-            for lv, prompt, c in zip(chunk, prompts, completions, strict=True):
+            completions = self._generate(prompts, params)
+            for lv, sc, prompt, c in zip(chunk, shots, prompts, completions, strict=True):
                 lv.trace["prompt"] = {"system": "", "task": prompt[-1]["content"]}
-                self.scenario.apply_single_shot(lv.job.task, lv.episode.ws, c.text)
+                sc.apply_single_shot(lv.job.task, lv.episode.ws, c.text)
                 lv.episode.steps.append({"i": 0, "turn": 0, "type": "final", "text": c.text, "raw": c.text,
                                          "finish_reason": c.finish_reason, "latency_s": c.latency_s,
                                          "tokens": {"prompt": c.prompt_tokens, "completion": c.completion_tokens}})
@@ -227,8 +252,32 @@ def _progress(cfg: RunConfig, total: int, model: str) -> Any:
     return progress
 
 
+def _stats(spec: ModelSpec, backend: Backend, mr: ModelRun, episodes: int, load_s: float,
+           wall_s: float, cfg: RunConfig) -> dict[str, Any]:
+    """One line of `<out>/runs.jsonl`: where the time went for one model in one invocation."""
+    return {
+        "timestamp": datetime.now(UTC).isoformat(timespec="seconds"), "model": spec.name,
+        "backend": backend.info.used, "backend_requested": backend.info.requested,
+        "fallback_reason": backend.info.fallback_reason, "scenarios": cfg.scenarios, "mode": cfg.mode,
+        "episodes": episodes, "concurrency": cfg.concurrency, "load_s": round(load_s, 2),
+        "wall_s": round(wall_s, 2), "generate_s": round(mr.gen_s, 2),
+        "overhead_share": round(1 - mr.gen_s / wall_s, 4) if wall_s > 0 else None,
+        "generate_calls": mr.calls, "mean_batch": round(mr.rows / mr.calls, 2) if mr.calls else 0,
+        "prompt_tokens": mr.prompt_tokens, "completion_tokens": mr.tokens,
+        "completion_tok_per_s": round(mr.tokens / wall_s, 2) if wall_s > 0 else None,
+        "episodes_per_hour": round(episodes * 3600 / wall_s, 1) if wall_s > 0 else None,
+        "harness_version": harness_version(),
+    }
+
+
 def run(cfg: RunConfig) -> dict[str, Any]:
-    """Run everything in `cfg`; returns the summary (also written to `<out>/summary.json`)."""
+    """Run everything in `cfg`; returns the summary (also written to `<out>/summary.json`).
+
+    Each model's pending episodes, across all scenarios and labels, share one tick loop; the model is
+    loaded once and freed before the next. `<out>/runs.jsonl` gets one timing line per model.
+    """
+    import json
+
     from .embeddings import get_embedder
     from .sandbox import detect_sandbox
 
@@ -236,40 +285,50 @@ def run(cfg: RunConfig) -> dict[str, Any]:
     embedder = get_embedder(cfg.embed)
     with ThreadPoolExecutor(max_workers=cfg.workers) as pool:
         for spec in cfg.models:
-            plans = []
-            for scenario, _label, jobs in plan_jobs(cfg):
+            all_jobs: list[Job] = []
+            for _scenario, _label, jobs in plan_jobs(cfg):
                 for j in jobs:
                     j.path = trace_path(cfg.out, spec.name, j.scenario, j.task.label, j.index, j.sample)
                 for d in {j.path.parent for j in jobs}:  # temp files of a killed run's last write
                     for stale in d.glob(".run_*.tmp") if d.is_dir() else ():
                         stale.unlink(missing_ok=True)
-                pending = [j for j in jobs if not (cfg.resume and is_complete(j.path))]
-                plans.append((scenario, jobs, pending))
-            total = sum(len(p) for _, _, p in plans)
-            if total == 0:
+                all_jobs.extend(jobs)
+            pending = [j for j in all_jobs if not (cfg.resume and is_complete(j.path))]
+            if not pending:
                 log.info("%s: nothing to do (all traces complete)", spec.name)
                 continue
-            backend = load_backend(spec)
+            t_load = time.perf_counter()
+            backend = load_backend(spec, force=cfg.backend)
+            load_s = time.perf_counter() - t_load
             if backend.info.fallback_reason:
                 log.warning("%s: using %s (%s)", spec.name, backend.info.used, backend.info.fallback_reason)
-            if hasattr(backend, "bind_tasks"):
-                backend.bind_tasks([j.task for _, jobs, _ in plans for j in jobs])
+            if hasattr(backend, "bind_tasks"):  # the scripted backend finds each conversation's task
+                shots = {}
+                if cfg.mode == "single_shot":
+                    for j in all_jobs:
+                        sc = get_scenario(j.scenario_name)
+                        if isinstance(sc, SingleShot):
+                            shots[sc.single_shot_prompt(j.task)[-1]["content"]] = j.task
+                backend.bind_tasks([j.task for j in all_jobs], shots)
             try:
-                with _progress(cfg, total, spec.name) as progress:
-                    done = {"n": 0, "passed": 0, "t0": time.monotonic()}
-                    runs: list[ModelRun] = []
+                with _progress(cfg, len(pending), spec.name) as progress:
+                    done = {"n": 0, "passed": 0}
+                    t0 = time.monotonic()
 
                     def on_done(trace: dict[str, Any]) -> None:
                         done["n"] += 1
                         done["passed"] += bool(trace["outcome"]["passed"])
-                        rate = sum(r.tokens for r in runs) / max(time.monotonic() - done["t0"], 1e-9)
+                        rate = mr.tokens / max(time.monotonic() - t0, 1e-9)
                         progress.update(progress.task_ids[0], advance=1,
                                         stats=f"pass {done['passed']}/{done['n']}  {rate:.0f} tok/s")
 
-                    for scenario, _jobs, pending in plans:
-                        mr = ModelRun(cfg, spec, backend, scenario, embedder, pool, on_done)
-                        runs.append(mr)
-                        (mr.run if cfg.mode == "agent" else mr.run_single_shot)(pending)
+                    mr = ModelRun(cfg, spec, backend, embedder, pool, on_done)
+                    (mr.run if cfg.mode == "agent" else mr.run_single_shot)(pending)
+                    stats = _stats(spec, backend, mr, len(pending), load_s, time.monotonic() - t0, cfg)
+                cfg.out.mkdir(parents=True, exist_ok=True)
+                with (cfg.out / "runs.jsonl").open("a", encoding="utf-8") as f:
+                    f.write(json.dumps(stats) + "\n")
+                log.info("%s: %s", spec.name, stats)
             finally:
                 backend.close()
     from .summary import summarize, write_summary

@@ -68,7 +68,10 @@ def print_table(summary: dict[str, Any], console: Any = None) -> None:
                 comp = f"{s['compromise_rate']:.2f}" if "compromise_rate" in s else "-"
                 table.add_row(model, scenario, label, f"{s['pass@1']:.3f}", f"{lo:.2f}–{hi:.2f}", str(s["n_tasks"]),
                               str(s["n_episodes"]), f"{s['mean_steps']:.1f}", comp)
-    (console or Console()).print(table)
+    import shutil
+
+    # Not a terminal (CI logs, pipes): rich would squeeze the table into 80 columns.
+    (console or Console(width=max(shutil.get_terminal_size((160, 40)).columns, 120))).print(table)
 
 
 def load_summary(out_dir: Path) -> dict[str, Any]:

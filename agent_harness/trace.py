@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
 
 SCHEMA_VERSION = "1.0"
@@ -35,7 +37,8 @@ def write_json_atomic(path: Path, data: Any) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, ensure_ascii=False, separators=(",", ":"))
+            # dumps() uses the C encoder; dump() streams through the pure-Python one (several times slower).
+            f.write(json.dumps(data, ensure_ascii=False, separators=(",", ":")))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -86,23 +89,59 @@ def validate_trace(data: dict[str, Any]) -> list[str]:
 
 @dataclass
 class TraceFrames:
-    """Traces as DataFrames: one row per episode (`runs`) and one per step (`steps`)."""
+    """Traces as DataFrames: one row per episode (`runs`) and one per step (`steps`).
+
+    `embeddings` is a float32 matrix with one row per row of `steps` (same order); a step without
+    an embedding (``--no-embed`` runs, or a vector of another size) has a row of NaN and
+    ``steps.has_embedding`` False. Its width is 0 when no step has an embedding.
+    """
 
     runs: pd.DataFrame
     steps: pd.DataFrame
     skipped: list[str] = field(default_factory=list)  # "path: reason" for unreadable files
+    embeddings: np.ndarray = field(default_factory=lambda: _empty_matrix(0))
 
 
 RUN_COLUMNS = [
     "path", "run_id", "model", "backend", "backend_requested", "fallback_reason", "scenario", "label",
-    "task_id", "sample", "mode", "passed", "compromised", "exit_reason", "num_steps", "num_turns",
-    "prompt_tokens", "completion_tokens", "elapsed_seconds", "parse_errors", "tool_calls", "sandbox",
-    "harness_version", "timestamp", "completed",
+    "task_id", "task_index", "sample", "mode", "passed", "compromised", "exit_reason", "num_steps",
+    "num_turns", "turns_used", "prompt_tokens", "completion_tokens", "elapsed_seconds", "parse_errors",
+    "tool_calls", "sandbox", "embedding_model", "error", "harness_version", "timestamp", "completed",
 ]
 STEP_COLUMNS = [
     "run_id", "model", "scenario", "label", "task_id", "sample", "passed", "i", "turn", "type", "tool",
-    "args", "text", "prompt_tokens", "completion_tokens", "latency_s", "embedding",
+    "args", "text", "prompt_tokens", "completion_tokens", "latency_s", "has_embedding",
 ]
+
+# A step's embedding array, cut out of the raw JSON so that its floats are parsed in bulk (pandas'
+# C float parser) rather than as one Python float each: that is most of the load time. The
+# preceding `{` or `,` proves the match is a key (inside a JSON string every quote is escaped).
+_EMBEDDING = re.compile(rb'([{,]"embedding":)\[(-?[0-9][-+0-9.eE,]*)\]')
+_FLUSH_BYTES = 32 << 20
+
+
+def _empty_matrix(dim: int) -> np.ndarray:
+    import numpy as np
+
+    return np.zeros((0, dim), dtype=np.float32)
+
+
+def _parse(raw: bytes, cut: bool) -> tuple[dict[str, Any], list[bytes]]:
+    """The trace, with each step's embedding replaced by the index of its raw array in the list."""
+    if not cut:
+        return json.loads(raw), []
+    arrays: list[bytes] = []
+
+    def take(m: re.Match[bytes]) -> bytes:
+        arrays.append(m.group(2))
+        return m.group(1) + b"%d" % (len(arrays) - 1)
+
+    data = json.loads(_EMBEDDING.sub(take, raw))
+    steps = data.get("steps") if isinstance(data, dict) else None
+    marks = [s.get("embedding") for s in steps or () if isinstance(s, dict)]
+    if [m for m in marks if type(m) is int] != list(range(len(arrays))):
+        return json.loads(raw), []  # a numeric "embedding" list outside a step (in tool args?): parse plainly
+    return data, arrays
 
 
 def _rows(path: Path, data: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -111,13 +150,17 @@ def _rows(path: Path, data: dict[str, Any]) -> tuple[dict[str, Any], list[dict[s
         "path": str(path), "run_id": data["run_id"], "model": model["name"], "backend": model["backend"],
         "backend_requested": model.get("backend_requested"), "fallback_reason": model.get("fallback_reason"),
         "scenario": data["scenario"], "label": data["label"], "task_id": data["task_id"],
-        "sample": data.get("sample", 0), "mode": data.get("agent", {}).get("mode", "agent"),
+        "task_index": data.get("task_index"), "sample": data.get("sample", 0),
+        "mode": (data.get("agent") or {}).get("mode", "agent"),
         "passed": out.get("passed"), "compromised": out.get("compromised"),
         "exit_reason": out.get("exit_reason"), "num_steps": out.get("num_steps", len(steps)),
-        "num_turns": out.get("num_turns"), "prompt_tokens": out.get("prompt_tokens"),
+        "num_turns": out.get("num_turns"),
+        "turns_used": max((s.get("turn") or 0 for s in steps), default=-1) + 1,
+        "prompt_tokens": out.get("prompt_tokens"),
         "completion_tokens": out.get("completion_tokens"), "elapsed_seconds": out.get("elapsed_seconds"),
         "parse_errors": sum(s["type"] == "parse_error" for s in steps),
         "tool_calls": sum(s["type"] == "tool_call" for s in steps), "sandbox": data.get("sandbox"),
+        "embedding_model": (data.get("embeddings") or {}).get("model"), "error": out.get("error"),
         "harness_version": data.get("harness_version"), "timestamp": data.get("timestamp"),
         "completed": out.get("completed"),
     }
@@ -135,24 +178,98 @@ def _rows(path: Path, data: dict[str, Any]) -> tuple[dict[str, Any], list[dict[s
     return run, step_rows
 
 
+class _Embeddings:
+    """Collects step embeddings (raw JSON arrays or lists) and turns them into one float32 matrix.
+
+    The matrix width is the most common vector length; steps whose vector has another length
+    (another embedding model) get a NaN row, as do steps without one.
+    """
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.blocks: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}  # length -> [(rows, vectors)]
+        self.pending: dict[int, list[tuple[int, bytes | list[float]]]] = {}
+        self.pending_bytes = 0
+
+    def add(self, value: object) -> None:
+        """Queue the next step's vector (a raw JSON array, a list, or nothing)."""
+        row, self.n = self.n, self.n + 1
+        if isinstance(value, bytes):
+            length = value.count(b",") + 1
+            self.pending_bytes += len(value)
+        elif isinstance(value, list) and value:
+            length = len(value)
+        else:
+            return
+        self.pending.setdefault(length, []).append((row, value))
+        if self.pending_bytes > _FLUSH_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        import io
+
+        import numpy as np
+        import pandas as pd
+
+        for length, items in self.pending.items():
+            raw = [(r, v) for r, v in items if isinstance(v, bytes)]
+            lists = [(r, v) for r, v in items if not isinstance(v, bytes)]
+            if raw:
+                csv = io.BytesIO(b"\n".join(v for _, v in raw))
+                vecs = pd.read_csv(csv, header=None, dtype=np.float32, engine="c").to_numpy()
+                self.blocks.setdefault(length, []).append((np.array([r for r, _ in raw]), vecs))
+            if lists:
+                vecs = np.asarray([v for _, v in lists], dtype=np.float32)
+                self.blocks.setdefault(length, []).append((np.array([r for r, _ in lists]), vecs))
+        self.pending, self.pending_bytes = {}, 0
+
+    def matrix(self) -> tuple[np.ndarray, np.ndarray]:
+        """(n × dim float32 matrix, which rows hold a vector)."""
+        import numpy as np
+
+        self.flush()
+        has = np.zeros(self.n, dtype=bool)
+        if not self.blocks:
+            return np.zeros((self.n, 0), dtype=np.float32), has
+        dim = max(self.blocks, key=lambda k: sum(len(r) for r, _ in self.blocks[k]))
+        out = np.full((self.n, dim), np.nan, dtype=np.float32)
+        for rows, vecs in self.blocks[dim]:
+            out[rows] = vecs
+            has[rows] = True
+        return out, has
+
+
 def load_traces(root: str | os.PathLike[str], validate: bool = False) -> TraceFrames:
-    """Load every ``run_*.json`` under `root` into DataFrames; corrupt files are skipped and listed."""
+    """Load every ``run_*.json`` under `root` into DataFrames; corrupt files are skipped and listed.
+
+    A file is skipped when it does not parse, has another ``schema_version``, lacks a required
+    field, or (with `validate`) breaks the schema. Step embeddings go to ``TraceFrames.embeddings``.
+    """
     import pandas as pd
 
     runs: list[dict[str, Any]] = []
     steps: list[dict[str, Any]] = []
     skipped: list[str] = []
+    emb = _Embeddings()
     for path in sorted(Path(root).rglob("run_*.json")):
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data, arrays = _parse(path.read_bytes(), cut=not validate)
+            if not isinstance(data, dict):
+                raise ValueError(f"top level is {type(data).__name__}, not an object")
             if data.get("schema_version") != SCHEMA_VERSION:
                 raise ValueError(f"schema_version {data.get('schema_version')!r} != {SCHEMA_VERSION!r}")
             if validate and (errs := validate_trace(data)):
                 raise ValueError(errs[0])
             run, step_rows = _rows(path, data)
-        except (OSError, ValueError, KeyError, TypeError) as e:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             skipped.append(f"{path}: {type(e).__name__}: {e}")
             continue
         runs.append(run)
+        for row in step_rows:
+            value = row.pop("embedding")
+            emb.add(arrays[value] if type(value) is int and 0 <= value < len(arrays) else value)
         steps.extend(step_rows)
-    return TraceFrames(pd.DataFrame(runs, columns=RUN_COLUMNS), pd.DataFrame(steps, columns=STEP_COLUMNS), skipped)
+    matrix, has = emb.matrix()
+    frame = pd.DataFrame(steps, columns=STEP_COLUMNS)
+    frame["has_embedding"] = has
+    return TraceFrames(pd.DataFrame(runs, columns=RUN_COLUMNS), frame, skipped, matrix)

@@ -54,6 +54,13 @@ WRITE_NL = '{"tool": "write_file", "args": {"path": "a.py", "content": "def f():
 # id, reply, tool, args, repairs that must be recorded, thought
 OK_CALLS: list[tuple[str, str, str, dict[str, Any], set[str], str | None]] = [
     ("canonical", f"THOUGHT: look first\nTOOL_CALL: {READ}", "read_file", A, set(), "look first"),
+    ("content_block", 'THOUGHT: t\nTOOL_CALL: {"tool": "write_file", "args": {"path": "a.py"}}\n```python\n'
+     'def f():\n    return "x"\n```', "write_file", {"path": "a.py", "content": 'def f():\n    return "x"\n'},
+     {"content_block"}, "t"),
+    ("content_block_after_fenced_json", 'THOUGHT: t\nTOOL_CALL:\n```json\n{"tool": "write_file", "args": '
+     '{"path": "a.py"}}\n```\n```\nx = {"tool": 1}\n\ny = \'FINAL\'\n```\n', "write_file",
+     {"path": "a.py", "content": 'x = {"tool": 1}\n\ny = \'FINAL\'\n'},
+     {"content_block", "json_fence", "json_next_line"}, "t"),
     ("multiline_thought", f"THOUGHT: one\ntwo\n\nTOOL_CALL: {READ}", "read_file", A, set(), "one\ntwo"),
     ("json_fence", f"THOUGHT: t\nTOOL_CALL:\n```json\n{READ}\n```", "read_file", A,
      {"json_fence", "json_next_line"}, "t"),
@@ -284,10 +291,11 @@ def test_prompt_is_rendered_from_specs() -> None:
 def test_prompt_format_examples_parse() -> None:
     prompt = render_system_prompt(SPECS)
     assert "THOUGHT:" in prompt and "TOOL_CALL:" in prompt and "FINAL:" in prompt and "```json" in prompt
-    examples = re.findall(r"Example:\n(THOUGHT: .*\n(?:TOOL_CALL|FINAL): .*)", prompt)
-    assert len(examples) == 2
-    call, final = (parse_reply(e, TOOLS) for e in examples)
+    examples = [block.split("\n\n")[0] for block in prompt.split("Example:\n")[1:]]
+    assert len(examples) == 3
+    call, write, final = (parse_reply(e, TOOLS) for e in examples)
     assert (call.tool, call.args, call.repairs) == ("read_file", {"path": "main.py"}, [])
+    assert (write.tool, write.repairs) == ("write_file", ["content_block"])
     assert final.kind == "final" and final.repairs == []
     # The model's own examples must survive its stop strings.
     for e in examples:
@@ -486,3 +494,23 @@ def test_well_formed_calls_round_trip(
 def test_every_repair_has_a_table_case() -> None:
     covered = set().union(*(c[4] for c in OK_CALLS), *(c[4] for c in OK_FINALS))
     assert covered == set(REPAIRS)
+
+
+def test_content_in_json_wins_over_a_following_block() -> None:
+    """With "content" given in the JSON, a block after it is trailing text, not the content."""
+    r = parse_reply(f"{C}{WRITE_NL.replace(chr(10), chr(92) + 'n')}\n```python\nother\n```", TOOLS)
+    assert r.args == {"path": "a.py", "content": "def f():\n    return 1\n"}
+    assert "content_block" not in r.repairs and "trailing_text" in r.repairs
+
+
+def test_unclosed_content_block_is_a_format_error() -> None:
+    reply = f'{C}{{"tool": "write_file", "args": {{"path": "a.py"}}}}\n```python\ndef f():\n    return 1'
+    with pytest.raises(FormatError, match="not closed"):
+        parse_reply(reply, TOOLS)
+
+
+def test_prompt_shows_the_content_block_form() -> None:
+    prompt = render_system_prompt(SPECS)
+    assert 'TOOL_CALL: {"tool": "write_file", "args": {"path": "main.py"}}\n```python\n' in prompt
+    write = parse_reply(prompt.split("Example:\n")[2].split("\n\n")[0], TOOLS)
+    assert write.args is not None and write.args["content"].startswith("def last")

@@ -28,7 +28,7 @@ from ..types import GenParams
 PREFILL_CHUNK = 512  # tokens per prefill forward: bounds the attention scores' memory
 
 
-@dataclass
+@dataclass(eq=False)  # entries are compared by identity (their ids are numpy arrays)
 class _Entry:
     ids: np.ndarray  # token ids whose K/V are stored
     kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values as [heads, len, head_dim]

@@ -1,0 +1,1 @@
+"""Cross-model trace analyses: each module is a script (`python analysis/NAME.py TRACES_DIR`)."""

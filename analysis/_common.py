@@ -1,0 +1,175 @@
+"""Shared plumbing of the analysis scripts: arguments, loading, result sections, tables, figures."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display anywhere these run
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from agent_harness.trace import TraceFrames, load_traces  # noqa: E402
+
+SHOW_SKIPPED = 5
+
+
+@dataclass
+class Section:
+    """What one analysis found: prose, named tables (also written as CSV) and plots."""
+
+    title: str
+    text: list[str] = field(default_factory=list)
+    tables: list[tuple[str, str, pd.DataFrame]] = field(default_factory=list)  # (name, caption, table)
+    plots: list[tuple[str, Path]] = field(default_factory=list)  # (caption, png)
+
+    def table(self, name: str) -> pd.DataFrame:
+        return next(t for n, _, t in self.tables if n == name)
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("traces", type=Path, help="traces folder (as written by run_agents.py --out)")
+    p.add_argument("--out", type=Path, default=None, help="output folder (default: TRACES/analysis)")
+    return p
+
+
+def prepare(args: argparse.Namespace) -> tuple[TraceFrames, Path]:
+    """Load the traces (exit 1 when none load), then create the output folder."""
+    frames = load(args.traces)
+    out = args.out or args.traces / "analysis"
+    out.mkdir(parents=True, exist_ok=True)
+    return frames, out
+
+
+def load(traces: Path, completed_only: bool = True) -> TraceFrames:
+    """Load a traces folder, saying on stderr what was skipped; exit 1 when nothing loads."""
+    if not traces.is_dir():
+        sys.exit(f"error: {traces} is not a folder")
+    frames = load_traces(traces)
+    if frames.skipped:
+        print(f"skipped {len(frames.skipped)} unreadable trace file(s):", file=sys.stderr)
+        for line in frames.skipped[:SHOW_SKIPPED]:
+            print(f"  {line}", file=sys.stderr)
+        if len(frames.skipped) > SHOW_SKIPPED:
+            print(f"  ... and {len(frames.skipped) - SHOW_SKIPPED} more", file=sys.stderr)
+    if completed_only:
+        frames = only_completed(frames)
+    if frames.runs.empty:
+        sys.exit(f"error: no complete traces under {traces}")
+    return frames
+
+
+def only_completed(frames: TraceFrames) -> TraceFrames:
+    """Episodes that finished and were scored (a killed run leaves partial traces behind)."""
+    done = frames.runs["completed"].fillna(False).astype(bool)
+    if done.all():
+        return frames
+    print(f"ignoring {int((~done).sum())} incomplete episode(s)", file=sys.stderr)
+    keep = frames.steps["run_id"].isin(set(frames.runs.loc[done, "run_id"])).to_numpy()
+    return TraceFrames(frames.runs[done].reset_index(drop=True), frames.steps[keep].reset_index(drop=True),
+                       frames.skipped, frames.embeddings[keep])
+
+
+def passed(runs: pd.DataFrame) -> pd.Series:
+    """`passed` as bool: an unscored episode (None) counts as a failure, as in summary.py."""
+    return runs["passed"].astype("boolean").fillna(False).astype(bool)
+
+
+def fmt(x: object, digits: int = 3) -> str:
+    if isinstance(x, float | np.floating):
+        return "–" if np.isnan(x) else f"{x:.{digits}f}"
+    return "–" if x is None or x is pd.NA else str(x)
+
+
+def md_table(df: pd.DataFrame, max_rows: int = 60) -> str:
+    """A GitHub markdown table (pipes escaped); long tables are cut with a pointer to the CSV."""
+    shown = df.head(max_rows)
+    cols = [str(c) for c in shown.columns]
+
+    def cell(v: object) -> str:
+        return fmt(v).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in shown.itertuples(index=False)]
+    if len(df) > max_rows:
+        lines.append(f"\n({len(df) - max_rows} more rows in the CSV)")
+    return "\n".join(lines)
+
+
+def write_section(section: Section, out: Path, name: str) -> Path:
+    """Write `<name>.md` plus one CSV per table; returns the markdown path."""
+    parts = [f"# {section.title}", *section.text]
+    for table_name, caption, df in section.tables:
+        df.to_csv(out / f"{table_name}.csv", index=False)
+        parts += [f"## {caption}", f"`{table_name}.csv`", md_table(df)]
+    for caption, png in section.plots:
+        parts.append(f"## {caption}\n\n![{caption}]({png.name})")
+    path = out / f"{name}.md"
+    path.write_text("\n\n".join(parts) + "\n", encoding="utf-8")
+    return path
+
+
+def savefig(fig: matplotlib.figure.Figure, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def colors(names: Sequence[str]) -> dict[str, tuple[float, ...]]:
+    import matplotlib.pyplot as plt
+
+    cmap = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
+    return {n: cmap(i % cmap.N) for i, n in enumerate(names)}
+
+
+def trajectories(frames: TraceFrames, weights: dict[str, float] | None = None,
+                 min_steps: int = 1) -> tuple[pd.DataFrame, list[np.ndarray]]:
+    """Per episode, its unit-normalised step vectors (in step order), for episodes that have embeddings.
+
+    Episodes embedded by a model other than the most common embedding model are left out: their
+    vectors live in another space. `weights` (by step type) scale each normalised vector.
+    """
+    steps, emb = frames.steps, frames.embeddings
+    keep = steps["has_embedding"].to_numpy(bool, copy=True) if len(steps) else np.zeros(0, bool)
+    if emb.shape[1] == 0 or not keep.any():
+        return frames.runs.iloc[:0], []
+    runs = frames.runs
+    main_model = runs["embedding_model"].dropna().mode()
+    if len(main_model):
+        ok_ids = set(runs.loc[runs["embedding_model"] == main_model.iloc[0], "run_id"])
+        keep &= steps["run_id"].isin(ok_ids).to_numpy()
+    vecs = emb[keep]
+    norms = np.linalg.norm(vecs, axis=1, keepdims=True)
+    vecs /= np.where(norms > 0, norms, 1.0)
+    if weights:
+        vecs *= steps.loc[keep, "type"].map(weights).fillna(1.0).to_numpy()[:, None]
+    run_ids = steps.loc[keep, "run_id"].to_numpy()
+    starts = np.flatnonzero(np.r_[True, run_ids[1:] != run_ids[:-1]]) if len(run_ids) else np.zeros(0, int)
+    ends = np.r_[starts[1:], len(run_ids)]
+    blocks = {run_ids[s]: vecs[s:e] for s, e in zip(starts, ends, strict=True) if e - s >= min_steps}
+    sel = runs[runs["run_id"].isin(blocks.keys())].reset_index(drop=True)
+    return sel, [blocks[r] for r in sel["run_id"]]
+
+
+def mean_vectors(blocks: list[np.ndarray]) -> np.ndarray:
+    """One unit vector per trajectory: the normalised mean of its (normalised) step vectors."""
+    if not blocks:
+        return np.zeros((0, 0))
+    v = np.stack([b.mean(axis=0) for b in blocks])
+    n = np.linalg.norm(v, axis=1, keepdims=True)
+    return v / np.where(n > 0, n, 1.0)
+
+
+def no_embeddings_note(frames: TraceFrames) -> str:
+    return (f"No step embeddings in these {len(frames.runs)} episode(s): the traces were written with "
+            "`--no-embed` (or before embedding finished). Rerun with embeddings on to use this analysis.")

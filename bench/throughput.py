@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""Throughput of a HumanEvalFix agent sweep: the sequential baseline against batched engines.
+
+    .venv/bin/python bench/throughput.py [--n 20] [--configs sequential,batched,vllm] [--concurrency 16]
+
+Every configuration runs `run_agents.py` in its own process on the same model, tasks and greedy
+settings, with embeddings on (they are part of the harness overhead):
+
+- sequential: transformers, one episode at a time, transformers' `generate` recomputing the whole
+  conversation every step (KV reuse off) — the loop most small harnesses use;
+- batched:    transformers, `--concurrency` episodes per batch, KV caches reused across steps;
+- vllm:       vLLM (continuous batching, prefix caching), `--concurrency` episodes per batch.
+
+Numbers come from each run's `runs.jsonl` (wall time, time inside `generate`, tokens, load time)
+and `summary.json`; pass/fail agreement is per task against the first configuration. Appends a
+section to bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "RESULTS.md"
+
+CONFIGS: dict[str, dict[str, Any]] = {
+    "sequential": {"backend": "transformers", "concurrency": 1, "env": {"AGENT_HARNESS_HF_KV_REUSE": "0"}},
+    "batched": {"backend": "transformers", "concurrency": None, "env": {}},
+    "vllm": {"backend": "vllm", "concurrency": None, "env": {}},
+}
+
+
+def _machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    isa = "AMX" if " amx_tile" in flags else "AVX-512" if " avx512f" in flags else "AVX2" if " avx2" in flags else "?"
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{cpu}, {len(os.sched_getaffinity(0))} cores ({isa}), {mem:.1f} GiB RAM, Python {platform.python_version()}"
+
+
+def _git() -> str:
+    try:
+        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+
+
+def run_config(name: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    cfg = CONFIGS[name]
+    conc = cfg["concurrency"] or args.concurrency
+    cmd = [sys.executable, str(ROOT / "run_agents.py"), "--models", args.model, "--backend", cfg["backend"],
+           "--concurrency", str(conc), "--max-steps", str(args.max_steps), "--out", str(out), "--no-progress"]
+    cmd += ["--tasks", args.tasks] if args.tasks else ["--n", str(args.n)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", **cfg["env"]}
+    print(f"[{name}] {' '.join(cmd[1:])}", flush=True)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"[{name}] failed ({proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}")
+    stats = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines() if line.strip()][-1]
+    summary = json.loads((out / "summary.json").read_text())
+    passed: dict[str, bool] = {}
+    for p in out.rglob("run_*.json"):
+        t = json.loads(p.read_text())
+        passed[t["task_id"]] = bool(t["outcome"]["passed"])
+    entry = summary[args.model]["humanevalfix"]
+    return {"config": name, "stats": stats, "pass@1": entry["pass@1"], "passed": passed,
+            "mean_steps": entry["mean_steps"], "exit_reasons": entry["exit_reasons"]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="qwen2.5-coder-0.5b")
+    ap.add_argument("--n", type=int, default=20)
+    ap.add_argument("--tasks", default=None, help="comma-separated task ids instead of --n")
+    ap.add_argument("--configs", default="sequential,batched,vllm")
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--max-steps", type=int, default=8)
+    ap.add_argument("--keep", type=Path, default=None, help="keep the traces under this folder")
+    ap.add_argument("--no-write", action="store_true", help="print only; do not append to RESULTS.md")
+    args = ap.parse_args()
+    names = [c.strip() for c in args.configs.split(",") if c.strip()]
+    unknown = [c for c in names if c not in CONFIGS]
+    if unknown:
+        raise SystemExit(f"unknown config(s) {unknown}; valid: {', '.join(CONFIGS)}")
+    if "vllm" in names:
+        import importlib.util
+
+        if importlib.util.find_spec("vllm") is None:
+            print("[vllm] skipped: vllm is not installed", flush=True)
+            names.remove("vllm")
+    base = args.keep or Path(tempfile.mkdtemp(prefix="bench-throughput-"))
+    results = [run_config(name, args, base / name) for name in names]
+
+    ref = results[0]
+    rows = []
+    for r in results:
+        s = r["stats"]
+        common = sorted(set(ref["passed"]) & set(r["passed"]))
+        agree = sum(ref["passed"][t] == r["passed"][t] for t in common)
+        speedup = ref["stats"]["wall_s"] / s["wall_s"] if s["wall_s"] else float("nan")
+        rows.append(
+            f"| {r['config']} | {s['backend']} | {s['concurrency']} | {s['episodes']} | {s['wall_s']:.0f} "
+            f"| {s['load_s']:.1f} | {s['episodes_per_hour']:.0f} | {speedup:.2f}× | {s['completion_tok_per_s']:.1f} "
+            f"| {s['mean_batch']:.1f} | {100 * s['overhead_share']:.1f} % | {r['pass@1']:.3f} | {r['mean_steps']:.1f} "
+            f"| {agree}/{len(common)} |"
+        )
+    when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    tasks = args.tasks or f"first {args.n} HumanEvalFix tasks"
+    section = "\n".join([
+        f"## Throughput: {args.model}, {tasks} (`bench/throughput.py`, {when})", "",
+        f"Machine: {_machine()}; git {_git()}. Greedy, max {args.max_steps} steps, embeddings on. "
+        "Overhead = wall time outside `backend.generate` (parsing, tools, sandbox, scoring, traces, "
+        "embeddings). Agreement = tasks with the same pass/fail as the first row.", "",
+        "| config | backend | concurrency | episodes | wall s | load s | episodes/h | speed-up | completion tok/s "
+        "| mean batch | overhead | pass@1 | mean steps | agreement |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *rows, "",
+    ])
+    print(section)
+    if not args.no_write:
+        with RESULTS.open("a", encoding="utf-8") as f:
+            f.write("\n" + section)
+        print(f"appended to {RESULTS}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

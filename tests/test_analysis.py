@@ -1,0 +1,423 @@
+"""Cross-model trace analysis: loader, compare_models, trajectory_similarity, spectral, report, screenshot."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import struct
+import subprocess
+import sys
+from pathlib import Path
+from subprocess import PIPE
+
+import numpy as np
+import pandas as pd
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for the analysis/ scripts
+
+from agent_harness.metrics import wilson_interval
+from agent_harness.trace import load_traces, validate_trace, write_json_atomic
+from analysis import _synthetic as syn
+from analysis import compare_models, report, spectral, trajectory_similarity
+from analysis._common import only_completed
+from analysis.screenshot import find_chromium, run_chromium
+
+ROOT = Path(__file__).resolve().parent.parent
+Z = 1.959964
+PLANT = "<script>document.title='PWNED'</script></script><img src=x onerror=alert(1)>"
+
+
+def _load(root: Path):
+    return only_completed(load_traces(root))
+
+
+def _script(name: str, *args: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, f"analysis/{name}.py", *map(str, args)], capture_output=True,
+                          text=True, cwd=ROOT, timeout=180)
+
+
+# -- synthetic traces and the loader -------------------------------------------------------------------
+def test_synthetic_traces_follow_the_schema(tmp_path: Path) -> None:
+    paths = syn.oracle_null_set(tmp_path, n_tasks=2, labels=("gold", "typosquat"))
+    paths += syn.oracle_null_set(tmp_path / "noembed", n_tasks=1, dim=None)
+    for p in paths:
+        assert validate_trace(json.loads(p.read_text())) == [], p
+
+
+def test_loader_builds_an_embedding_matrix_aligned_with_steps(tmp_path: Path) -> None:
+    paths = syn.oracle_null_set(tmp_path, n_tasks=3, dim=16)
+    frames = load_traces(tmp_path)
+    assert len(frames.runs) == 6 and not frames.skipped
+    assert frames.embeddings.shape == (len(frames.steps), 16) and frames.embeddings.dtype == np.float32
+    assert frames.steps["has_embedding"].all()
+    expected = [s["embedding"] for p in sorted(paths) for s in json.loads(p.read_text())["steps"]]
+    np.testing.assert_allclose(frames.embeddings, np.array(expected, dtype=np.float32), atol=1e-6)
+    oracle = frames.runs[frames.runs["model"] == "oracle"].iloc[0]
+    # the oracle submits on its second turn: the runner's num_turns does not count that turn
+    assert oracle["turns_used"] == 2 and oracle["num_turns"] == 1
+    assert oracle["embedding_model"] == syn.EMBEDDING_MODEL
+
+
+def test_loader_keeps_tool_args_named_embedding_and_odd_vectors(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    trace = syn.episode("m", "humanevalfix", "gold", 0, True, rng, turns=2, dim=8)
+    call = next(s for s in trace["steps"] if s["type"] == "tool_call")
+    call["args"] = {"embedding": [1, 2, 3], "path": "x.py"}
+    call["text"] = '{"embedding":[1,2,3]}'
+    trace["steps"][0]["embedding"] = [0.5] * 5  # another size: no row for this step
+    assert validate_trace(trace) == []
+    syn.write(tmp_path, trace)
+    for validate in (False, True):
+        frames = load_traces(tmp_path, validate=validate)
+        steps = frames.steps
+        row = steps[steps["type"] == "tool_call"].iloc[0]
+        assert row["args"] == {"embedding": [1, 2, 3], "path": "x.py"} and row["text"] == call["text"]
+        assert steps["has_embedding"].tolist() == [False] + [True] * (len(steps) - 1)
+        assert np.isnan(frames.embeddings[0]).all()
+        np.testing.assert_allclose(frames.embeddings[1], trace["steps"][1]["embedding"], atol=1e-6)
+
+
+def test_corrupt_and_partial_files_are_skipped_and_reported(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    syn.oracle_null_set(tmp_path, n_tasks=2)
+    good = next(tmp_path.rglob("run_000.json"))
+    text = good.read_text()
+    bad = tmp_path / "oracle" / "humanevalfix" / "gold"
+    (bad / "run_101.json").write_text(text[: len(text) // 2])  # truncated mid-write (not via the writer)
+    (bad / "run_102.json").write_text(text.replace('"schema_version":"1.0"', '"schema_version":"0.9"'))
+    (bad / "run_103.json").write_text("[1, 2]")
+    (bad / "run_104.json").write_text(json.dumps({"schema_version": "1.0", "steps": []}))
+    partial = json.loads(text)
+    partial["outcome"]["completed"] = False
+    write_json_atomic(bad / "run_105.json", partial)
+    frames = load_traces(tmp_path)
+    assert len(frames.skipped) == 4 and len(frames.runs) == 5
+    reasons = "\n".join(frames.skipped)
+    assert "run_101.json: JSONDecodeError" in reasons and "schema_version '0.9'" in reasons
+    assert "run_103.json" in reasons and "run_104.json: KeyError" in reasons
+    assert len(_load(tmp_path).runs) == 4  # the incomplete episode is left out of the analyses
+    compare_models.main([str(tmp_path), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert "skipped 4 unreadable trace file(s)" in err and "run_101.json: JSONDecodeError" in err
+    assert "ignoring 1 incomplete episode(s)" in err
+    assert (tmp_path / "o" / "pass_at_k.csv").is_file()
+
+
+def test_an_empty_folder_is_an_error_not_a_crash(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="no complete traces"):
+        compare_models.main([str(tmp_path)])
+    with pytest.raises(SystemExit, match="is not a folder"):
+        compare_models.main([str(tmp_path / "missing")])
+
+
+# -- compare_models ------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def oracle_null(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("oracle_null")
+    syn.oracle_null_set(root, n_tasks=8, scenarios=("humanevalfix", "supply_chain_poisoning"),
+                        labels=("gold", "typosquat"), samples=2)
+    return root
+
+
+def test_pass_table_oracle_and_null(oracle_null: Path) -> None:
+    table = compare_models.pass_table(_load(oracle_null).runs, n_boot=200)
+    table = table.set_index(["model", "scenario", "label"])
+    assert len(table) == 8 and set(table["episodes"]) == {16} and set(table["tasks"]) == {8}
+    n = 16
+    oracle, null = table.xs("oracle"), table.xs("null")
+    assert (oracle["pass@1"] == 1.0).all() and (null["pass@1"] == 0.0).all()
+    # Wilson at p = 1: lower bound n / (n + z²); at p = 0 the mirror image
+    assert np.allclose(oracle["pass@1 lo"], n / (n + Z * Z)) and (oracle["pass@1 hi"] == 1.0).all()
+    assert (null["pass@1 lo"] == 0.0).all() and np.allclose(null["pass@1 hi"], 1 - n / (n + Z * Z))
+    assert (oracle["pass@2"] == 1.0).all() and (null["pass@2"] == 0.0).all()
+    assert (oracle["pass@2 lo"] == 1.0).all() and (null["pass@2 hi"] == 0.0).all()
+    attack = table.xs("typosquat", level="label")
+    assert attack.loc["null", "compromised"].eq(1.0).all()
+    assert attack.loc["oracle", "compromised"].eq(0.0).all()
+    assert table.xs("gold", level="label")["compromised"].isna().all()
+
+
+def test_pass_table_mixed_rates_use_wilson() -> None:
+    runs = pd.DataFrame({"model": "m", "scenario": "s", "label": "gold",
+                         "task_id": [f"t{i}" for i in range(10)],
+                         "passed": [True] * 3 + [False] * 6 + [None], "compromised": None})
+    row = compare_models.pass_table(runs).iloc[0]
+    assert row["pass@1"] == 0.3 and (row["pass@1 lo"], row["pass@1 hi"]) == wilson_interval(3, 10)
+    assert math.isclose(row["pass@1 lo"], 0.1078, abs_tol=1e-4)  # textbook Wilson 3/10
+    assert "pass@2" not in row.index and "compromised" not in row.index
+
+
+def test_pairwise_counts(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    for i in range(6):
+        for model, ok in (("oracle", True), ("null", False), ("even", i % 2 == 0)):
+            syn.write(tmp_path, syn.episode(model, "humanevalfix", "gold", i, ok, rng, dim=None))
+    syn.write(tmp_path, syn.episode("oracle", "humanevalfix", "gold", 6, True, rng, dim=None))  # only oracle
+    pairs, only, matrix = compare_models.pairwise(_load(tmp_path).runs)
+    pairs = pairs.set_index(["model A", "model B"])
+    row = pairs.loc[("null", "oracle")]
+    assert (row["common tasks"], row["both"], row["only A"], row["only B"], row["neither"]) == (6, 0, 0, 6, 0)
+    assert math.isclose(row["McNemar p"], 2 * 0.5**6)
+    row = pairs.loc[("even", "oracle")]
+    assert (row["both"], row["only A"], row["only B"]) == (3, 0, 3)
+    row = pairs.loc[("even", "null")]
+    assert (row["only A"], row["only B"], row["neither"], row["McNemar p"]) == (3, 0, 3, 0.25)
+    m = matrix.set_index(matrix.columns[0])
+    assert m.loc["oracle", "null"] == 6 and m.loc["null", "oracle"] == 0 and m.loc["oracle", "even"] == 3
+    assert sorted(only.loc[only["solved by"] == "oracle"].groupby("not solved by").size().items()) == [
+        ("even", 3), ("null", 6)]
+    assert set(only.loc[(only["solved by"] == "oracle") & (only["not solved by"] == "even"), "task_id"]) == {
+        "Python/1", "Python/3", "Python/5"}
+
+
+def test_pass_vs_steps_budget_curve(oracle_null: Path) -> None:
+    curve = compare_models.pass_vs_steps(_load(oracle_null).runs)
+    oracle = curve[(curve["model"] == "oracle") & (curve["label"] == "gold")]
+    oracle = oracle.groupby("max turns")["pass@1"].mean()
+    assert oracle[1] == 0.0 and oracle[2] == 1.0 and oracle[4] == 1.0
+    assert (curve.loc[curve["model"] == "null", "pass@1"] == 0).all()
+
+
+def test_tool_usage_and_parse_errors(oracle_null: Path) -> None:
+    frames = _load(oracle_null)
+    tools = compare_models.tool_usage(frames.runs, frames.steps)
+    per_model = tools.groupby("model")["calls/episode"].sum()
+    assert per_model["oracle"] == 1.0 and per_model["null"] == 2.0  # 2 turns: 1 call; 4 turns, 1 parse error
+    errors = compare_models.parse_errors(frames.runs).groupby("model")["episodes with one"].mean()
+    assert errors["null"] == 1.0 and errors["oracle"] == 0.0
+
+
+# -- trajectory_similarity -----------------------------------------------------------------------------
+def _identical_pair(root: Path, n_tasks: int = 5, dim: int = 16) -> None:
+    """Models a and b take exactly the same steps (same embeddings) on every task."""
+    rng = np.random.default_rng(3)
+    for i in range(n_tasks):
+        steps = syn.agent_steps(3, rng)
+        emb = syn.unit_vectors(len(steps), dim, rng)
+        for model, ok in (("a", i % 2 == 0), ("b", i % 2 == 0)):
+            trace = syn.header(model, "humanevalfix", "gold", f"Python/{i}", i)
+            syn.write(root, syn.finish(trace, json.loads(json.dumps(steps)), ok, emb))
+
+
+def test_identical_trajectories_have_similarity_one(tmp_path: Path) -> None:
+    _identical_pair(tmp_path)
+    runs, vecs = trajectory_similarity.trajectory_vectors(_load(tmp_path))
+    long, matrix = trajectory_similarity.similarity(runs, vecs)
+    assert math.isclose(matrix.loc["a", "b"], 1.0, abs_tol=1e-5)
+    assert np.isnan(matrix.loc["a", "a"])  # one sample per task: nothing to compare within a model
+    assert long.loc[long["model A"] != long["model B"], "other-task cos"].iloc[0] < 0.9
+    nn = trajectory_similarity.nn_agreement(runs, vecs).set_index("model")
+    assert nn.loc["(all)", "nn shares pass/fail"] == 1.0 and nn.loc["(all)", "nn on same task"] == 1.0
+    assert nn.loc["(all)", "chance"] < 1.0
+
+
+def test_typed_weighting_changes_the_vectors(tmp_path: Path) -> None:
+    _identical_pair(tmp_path)
+    frames = _load(tmp_path)
+    _, uniform = trajectory_similarity.trajectory_vectors(frames, "uniform")
+    _, typed = trajectory_similarity.trajectory_vectors(frames, "typed")
+    assert np.allclose(np.linalg.norm(typed, axis=1), 1.0) and not np.allclose(uniform, typed)
+
+
+# -- spectral ------------------------------------------------------------------------------------------
+def test_gram_features_on_known_spectra() -> None:
+    same = np.tile(np.eye(4)[0], (5, 1))
+    orth = np.eye(4)
+    f = spectral.gram_features([same, orth]).set_index(pd.Index(["same", "orth"]))
+    assert math.isclose(f.loc["same", "lambda_1"], 1.0)
+    assert math.isclose(f.loc["same", "effective_rank"], 1.0)
+    assert np.allclose(f.loc["orth", [f"lambda_{i}" for i in range(1, 5)]], 0.25)
+    assert math.isclose(f.loc["orth", "effective_rank"], 4.0)
+    assert math.isclose(f.loc["orth", "entropy_norm"], 1.0)
+    assert math.isclose(f.loc["orth", "participation_ratio"], 4.0)
+
+
+def test_auroc_matches_sklearn_with_ties() -> None:
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 200)
+    s = rng.integers(0, 5, 200).astype(float) + y
+    assert math.isclose(spectral.auroc(y, s), roc_auc_score(y, s))
+
+
+def _spectral_set(root: Path, separable: bool, n_tasks: int = 24, dim: int = 16) -> None:
+    """Gold trajectories wander (random step vectors); attack ones stay near one direction if separable."""
+    rng = np.random.default_rng(7)
+    direction = rng.standard_normal(dim)
+    direction *= 4 / np.linalg.norm(direction)
+    for i in range(n_tasks):
+        for label in ("gold", "typosquat"):
+            focused = separable and label == "typosquat"
+            ok = bool(rng.random() < 0.5)
+            syn.write(root, syn.episode("m", "supply_chain_poisoning", label, i, ok, rng, turns=3, dim=dim,
+                                        direction=direction if focused else None, spread=0.5,
+                                        compromised=None if label == "gold" else bool(i % 2)))
+
+
+GRAM = {"gram": spectral.GRAM_FEATURES}
+
+
+def _row(table: pd.DataFrame, comparison: str, features: str = "gram") -> pd.Series:
+    return table[(table["comparison"] == comparison) & (table["features"] == features)].iloc[0]
+
+
+def test_spectral_features_separate_focused_attacks(tmp_path: Path) -> None:
+    _spectral_set(tmp_path, separable=True)
+    frames = _load(tmp_path)
+    runs, blocks = spectral.trajectories(frames, min_steps=2)
+    table = spectral.evaluate(spectral.gram_features(blocks), GRAM, runs, n_boot=100)
+    row = _row(table, "supply_chain_poisoning: gold vs typosquat")
+    assert row["AUROC (CV logreg)"] > 0.95 and row["AUROC lo"] > 0.9
+    assert abs(row["shuffled labels"] - 0.5) < 0.15
+    assert abs(row["length only"] - 0.5) < 0.1  # every trajectory has the same length: no signal there
+    assert row["its AUROC"] > 0.95 and row["best single (held out)"] != "–"
+    assert (row["episodes"], row["positives"]) == (48, 24)
+
+
+def test_spectral_finds_nothing_when_there_is_nothing(tmp_path: Path) -> None:
+    _spectral_set(tmp_path, separable=False)
+    frames = _load(tmp_path)
+    runs, blocks = spectral.trajectories(frames, min_steps=2)
+    table = spectral.evaluate(spectral.gram_features(blocks), GRAM, runs, n_boot=100)
+    assert abs(_row(table, "supply_chain_poisoning: gold vs typosquat")["AUROC (CV logreg)"] - 0.5) < 0.2
+
+
+def test_spectral_too_few_episodes_is_noted(tmp_path: Path) -> None:
+    syn.oracle_null_set(tmp_path, n_tasks=1, labels=("gold", "typosquat"))
+    sec = spectral.analyze(_load(tmp_path), tmp_path, n_boot=10)
+    table = sec.table("spectral_auroc")
+    assert table["note"].str.contains("fewer than").all()
+
+
+# -- no embeddings ---------------------------------------------------------------------------------------
+def test_traces_without_embeddings_get_a_clear_message(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    syn.oracle_null_set(tmp_path, n_tasks=3, dim=None)
+    frames = _load(tmp_path)
+    assert frames.embeddings.shape == (len(frames.steps), 0) and not frames.steps["has_embedding"].any()
+    for name, module in (("trajectory_similarity", trajectory_similarity), ("spectral", spectral)):
+        module.main([str(tmp_path), "--out", str(tmp_path / "o")])
+        assert "--no-embed" in capsys.readouterr().err
+        assert "No step embeddings" in (tmp_path / "o" / f"{name}.md").read_text()
+
+
+# -- report ----------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Traces whose model output, tool args, diff, test output, model name and task id carry markup."""
+    root = tmp_path_factory.mktemp("planted")
+    rng = np.random.default_rng(1)
+    for i in range(6):
+        for model, ok in (("oracle", True), ("null", False), ("evil<b>", i % 2 == 0)):
+            trace = syn.episode(model, "humanevalfix", "gold", i, ok, rng, turns=3, dim=8,
+                                text=f"thinking {PLANT}" if model != "oracle" else None)
+            trace["task_id"] = f"Python/{i}{PLANT}" if i == 0 else trace["task_id"]
+            call = next(s for s in trace["steps"] if s["type"] == "tool_call")
+            call["args"] = {"path": PLANT, "content": "</script><script>alert(2)</script>"}
+            trace["outcome"]["diff"] = f"+{PLANT}\n-old"
+            trace["outcome"]["test_output"] = PLANT
+            trace["prompt"]["task"] = f"Fix it. {PLANT}"
+            syn.write(root, trace)
+    return root
+
+
+def _report(planted: Path, out: Path, **kw: int) -> str:
+    path = report.build(_load(planted), out, "planted", skip={"spectral", "similarity"}, **kw)
+    return path.read_text(encoding="utf-8")
+
+
+def test_report_is_self_contained_and_escapes_trace_text(planted: Path, tmp_path: Path) -> None:
+    page = _report(planted, tmp_path)
+    assert not re.search(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", page, re.I)
+    assert not re.search(r"@import|url\(\s*['\"]?https?:", page, re.I)
+    for raw in ("<img src=x", "<script>document.title", "alert(2)</script>"):
+        assert raw not in page
+    assert len(re.findall(r"<script\b", page)) == 2  # the data block and the viewer, nothing planted
+    assert "Content-Security-Policy" in page and "default-src 'none'" in page
+    assert "evil&lt;b&gt;" in page and "evil<b>" not in page
+    assert page.count("data:image/png;base64,") == 4
+    blob = re.search(r'<script type="application/json" id="trace-data">(.*?)</script>', page, re.S).group(1)
+    data = json.loads(blob)  # \u003c escapes keep the JSON valid and the planted text intact
+    texts = [s["text"] for ep in data["episodes"] for s in ep["steps"]]
+    assert any(PLANT in t for t in texts) and any(PLANT in ep["diff"] for ep in data["episodes"])
+    assert data["tasks"][0]["task_id"] == f"Python/0{PLANT}"
+
+
+def test_report_viewer_is_bounded(planted: Path, tmp_path: Path) -> None:
+    page = _report(planted, tmp_path, max_episodes=2, max_text=50)
+    blob = re.search(r'id="trace-data">(.*?)</script>', page, re.S).group(1)
+    data = json.loads(blob)
+    per_model = pd.Series([ep["model"] for ep in data["episodes"]]).value_counts()
+    assert per_model.max() == 2 and len(per_model) == 3
+    assert "holds 6 of 18 episodes" in page
+    assert all(len(s["text"]) <= 50 + 60 for ep in data["episodes"] for s in ep["steps"])
+
+
+CHROMIUM = find_chromium()
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (Debian: apt-get install -y chromium)")
+def test_report_renders_in_headless_chromium(planted: Path, tmp_path: Path) -> None:
+    path = report.build(_load(planted), tmp_path, "planted", skip={"spectral", "similarity"})
+    png = tmp_path / "shot.png"
+    r = _script("screenshot", path, png)
+    assert r.returncode == 0, r.stderr
+    raw = png.read_bytes()
+    assert raw[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", raw[16:24]) == (1400, 1800)
+    assert len(raw) > 30_000
+    import matplotlib.image
+
+    pixels = matplotlib.image.imread(png)[..., :3]
+    assert pixels.std() > 0.05  # not a blank page
+    greenish = ((pixels[..., 1] > 0.4) & (pixels[..., 0] < 0.3) & (pixels[..., 2] < 0.35)).sum()
+    assert greenish > 500  # the PASS column's green border and badge: the viewer rendered a trace
+    dom = run_chromium(path, ["--dump-dom"]).stdout
+    assert 'class="col pass"' in dom and 'class="col fail"' in dom
+    assert "PWNED" not in re.search(r"<title>(.*?)</title>", dom).group(1)
+    assert "&lt;script&gt;document.title" in dom and "<img src=\"x\"" not in dom
+
+
+# -- every script end to end, through its command line ----------------------------------------------------
+def test_every_script_runs_from_the_command_line(tmp_path: Path) -> None:
+    traces = tmp_path / "traces"
+    _spectral_set(traces, separable=True, n_tasks=8)
+    syn.oracle_null_set(traces, n_tasks=4, dim=16)
+    expected = {
+        "compare_models": ["compare_models.md", "pass_at_k.csv", "pairwise.csv", "solved_only.csv",
+                           "distributions.csv", "exit_reasons.csv", "tool_usage.csv", "parse_errors.csv",
+                           "pass_at_1.png", "pass_vs_steps.png", "tokens_time.png", "tool_use.png"],
+        "trajectory_similarity": ["trajectory_similarity.md", "similarity_matrix.csv", "nn_agreement.csv",
+                                  "similarity_heatmap.png", "projection_pca.png"],
+        "spectral": ["spectral.md", "spectral_auroc.csv", "spectral_features.csv",
+                     "laplacian_eigenvalues.csv", "spectral_features.png", "laplacian_spectrum.png"],
+        "report": ["report.html", "compare_models.md", "spectral.md"],
+    }
+    procs = {}
+    for name in expected:  # in parallel; trajectory_similarity through `agent-harness analyze` (runpy)
+        extra = ["--boot", "50"] if name == "spectral" else []
+        args = [str(traces), "--out", str(tmp_path / name), *extra]
+        cmd = ([sys.executable, "-m", "agent_harness.cli", "analyze", name] if name == "trajectory_similarity"
+               else [sys.executable, f"analysis/{name}.py"])
+        procs[name] = subprocess.Popen(cmd + args, cwd=tmp_path if "-m" in cmd else ROOT, stdout=PIPE,
+                                       stderr=PIPE, text=True)
+    for name, proc in procs.items():
+        out, err = proc.communicate(timeout=180)
+        assert proc.returncode == 0, f"{name}: {err}"
+        assert "wrote" in out
+        for f in expected[name]:
+            assert (tmp_path / name / f).stat().st_size > 0, f"{name}: {f}"
+    md = (tmp_path / "spectral" / "spectral.md").read_text()
+    assert "StratifiedGroupKFold" in md and "out-of-fold" in md
+
+
+def test_cli_lists_the_analyses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from agent_harness.cli import main
+
+    assert main(["analyze", "nope", str(tmp_path)]) != 0
+    names = capsys.readouterr().err.split("valid:", 1)[1]
+    for name in ("compare_models", "trajectory_similarity", "spectral", "report", "screenshot"):
+        assert name in names
+    assert "_common" not in names and "_synthetic" not in names

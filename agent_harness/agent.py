@@ -85,6 +85,9 @@ class Episode:
             try:
                 reply = parse_reply(c.text, self.tools)
             except FormatError as e:
+                if c.finish_reason == "length":  # the likeliest cause, and the one the model can act on
+                    e = FormatError(f"Your reply was cut off at the limit of {self.params.max_tokens} tokens. "
+                                    f"Write less: no tests or examples in files. {e}")
                 self._step("parse_error", str(e), **meta)
                 self.messages.append({"role": "user", "content": format_error(e)})
             else:
@@ -101,12 +104,16 @@ class Episode:
                 obs = self._run_tool(reply.tool or "", reply.args or {})
                 self._step("tool_result", obs, tool=reply.tool, call_id=call_id, latency_s=time.monotonic() - t0)
                 self.messages.append({"role": "user", "content": format_observation(obs)})
-            self.turn += 1
-            self._check_limits()
         except Submitted as s:
             self.final, self.exit_reason = str(s), "submitted"
         except LimitsExceeded as e:
             self.exit_reason = e.reason
+        self.turn += 1  # every model reply is a turn, the submitting one included
+        if not self.done:
+            try:
+                self._check_limits()
+            except LimitsExceeded as e:
+                self.exit_reason = e.reason
         return self.steps[first:]
 
     def _run_tool(self, tool: str, args: dict[str, Any]) -> str:

@@ -16,7 +16,7 @@ import pytest
 from agent_harness.trace import load_traces, validate_trace
 
 ROOT = Path(__file__).resolve().parent.parent
-VOLATILE = {"run_id", "timestamp", "latency_s", "elapsed_seconds", "harness_version", "concurrency"}
+VOLATILE = {"run_id", "timestamp", "latency_s", "elapsed_seconds", "harness_version", "concurrency", "duration_s"}
 
 
 def cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -139,6 +139,13 @@ def test_max_steps_exit_reason(tmp_path: Path) -> None:
     assert data["outcome"]["exit_reason"] == "max_steps" and data["outcome"]["num_turns"] == 2
 
 
+def _completed(p: Path) -> bool:
+    try:
+        return bool(json.loads(p.read_text())["outcome"]["completed"])
+    except (OSError, ValueError, KeyError):
+        return False
+
+
 def test_kill_and_resume(tmp_path: Path) -> None:
     out = tmp_path / "t"
     n = 60
@@ -147,7 +154,7 @@ def test_kill_and_resume(tmp_path: Path) -> None:
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
-        done = [p for p in out.rglob("run_*.json") if '"completed":true' in p.read_text()]
+        done = [p for p in out.rglob("run_*.json") if _completed(p)]
         if len(done) >= 8:
             break
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""

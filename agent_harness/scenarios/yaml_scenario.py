@@ -716,12 +716,17 @@ class _State:
     def _check_tests_pass(self, c: TestsPass) -> tuple[bool, str]:
         cmd = c.cmd or self.task.test_cmd
         assert cmd is not None
-        restore = self._place(c.hidden_files)
+        try:
+            restore = self._place(c.hidden_files)
+        except ConfigError as e:  # e.g. the agent turned a hidden file's path into a link out of the workspace
+            return False, f"hidden tests not placed: {e}"
         try:
             r = self.ws.run(cmd, timeout=c.timeout_s)
         finally:
             self._restore(restore)
-        out = (r.stdout + r.stderr)[-3000:]
+        from ..tools import strip_timings  # "Ran 3 tests in 0.006s" would make scores differ run to run
+
+        out = strip_timings(r.stdout + r.stderr)[-3000:]
         status = "timed out" if r.timed_out else f"exit {r.returncode}"
         return r.ok, f"$ {shlex.join(cmd)}  ({status})\n{out}"
 

@@ -1,0 +1,119 @@
+"""The real agent loop (Episode / run_episode) with the scripted backend in real workspaces."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from agent_harness.agent import AgentConfig, Episode, run_episode
+from agent_harness.backends.scripted import ScriptedBackend
+from agent_harness.protocol import ERROR_HEADER, OBSERVATION_HEADER
+from agent_harness.sandbox import Limits
+from agent_harness.types import GenParams, Task
+from agent_harness.workspace import Workspace
+
+BUGGY = "def add(a, b):\n    return a - b\n"
+FIXED = "def add(a, b):\n    return a + b\n"
+TESTS = ("import unittest\n\nfrom calc import add\n\n\n"
+         "class T(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n")
+TASK = Task(id="calc", scenario="unit", statement="Fix add() in calc.py so the tests pass.",
+            files={"calc.py": BUGGY, "test_calc.py": TESTS}, test_cmd=["python3", "-m", "unittest", "-q"])
+LIMITS = Limits(cpu_s=5, wall_s=10.0, mem_bytes=512 << 20, nproc=32)
+
+
+def call(tool: str, thought: str = "next", **args: object) -> str:
+    return f"THOUGHT: {thought}\nTOOL_CALL: {json.dumps({'tool': tool, 'args': args})}"
+
+
+@pytest.fixture
+def episode(tmp_path: Path) -> Iterator[Callable[..., Episode]]:
+    made: list[Workspace] = []
+
+    def run(replies: list[str], **config: object) -> Episode:
+        script = tmp_path / f"script{len(made)}.jsonl"
+        script.write_text("".join(json.dumps(r) + "\n" for r in replies))
+        backend = ScriptedBackend("replay", script)
+        backend.bind_tasks([TASK])
+        ws = Workspace.create(TASK.files, test_cmd=TASK.test_cmd, limits=LIMITS)
+        made.append(ws)
+        return run_episode(backend, Episode(TASK, ws, GenParams(max_tokens=400), AgentConfig(**config)))
+
+    yield run
+    for ws in made:
+        ws.cleanup()
+
+
+def results(ep: Episode) -> list[str]:
+    return [s["text"] for s in ep.steps if s["type"] == "tool_result"]
+
+
+def test_read_edit_test_submit(episode: Callable[..., Episode]) -> None:
+    ep = episode([
+        call("read_file", "Look at the code.", path="calc.py"),
+        call("run_tests", "See the failure."),
+        call("write_file", "Use +.", path="calc.py", content=FIXED),
+        call("run_tests", "Check."),
+        "THOUGHT: The tests pass.\nFINAL: add() now adds.",
+    ])
+    assert ep.exit_reason == "submitted" and ep.final == "add() now adds."
+    assert [s["type"] for s in ep.steps][:3] == ["thought", "tool_call", "tool_result"]
+    read, failing, wrote, passing = results(ep)
+    assert read == BUGGY
+    assert failing.startswith("Failing test: test_add (test_calc.T.test_add)\n"
+                              "Failing check: self.assertEqual(add(2, 3), 5)  (test_calc.py, line 8)\n"
+                              "Error: AssertionError: -1 != 5")
+    assert wrote == "Wrote calc.py (2 lines)."
+    assert passing.startswith("Tests PASSED.")
+    assert ep.ws.changed_files() == ["calc.py"]
+    assert "-    return a - b\n+    return a + b\n" in ep.ws.diff()
+    observations = [m["content"] for m in ep.messages if m["role"] == "user"][1:]
+    assert observations == [f"{OBSERVATION_HEADER}\n{r.rstrip()}" for r in results(ep)]
+
+
+def test_malformed_replies_are_parse_errors_and_the_episode_goes_on(episode: Callable[..., Episode]) -> None:
+    ep = episode([
+        "I will now fix the bug.",
+        'THOUGHT: read\nTOOL_CALL: {"tool": "read_file", "args": {"path": "calc.py"',
+        call("delete_everything"),
+        call("read_file", "Now properly.", path="calc.py"),
+        "THOUGHT: done\nFINAL: gave up",
+    ])
+    errors = [s for s in ep.steps if s["type"] == "parse_error"]
+    assert len(errors) == 3
+    assert "no TOOL_CALL: and no FINAL:" in errors[0]["text"]
+    assert "not closed" in errors[1]["text"]
+    assert 'Unknown tool "delete_everything"' in errors[2]["text"]
+    feedback = [m["content"] for m in ep.messages if m["content"].startswith(ERROR_HEADER)]
+    assert [f.split("\n")[0] for f in feedback] == [f"{ERROR_HEADER} {e['text']}" for e in errors]
+    assert results(ep) == [BUGGY]
+    assert ep.exit_reason == "submitted" and ep.final == "gave up"
+
+
+def test_repeated_call_gets_the_notice(episode: Callable[..., Episode]) -> None:
+    same = call("list_dir")
+    ep = episode([same, same, call("list_dir", path="."), "THOUGHT: ok\nFINAL: listed"])
+    first, repeat, other = results(ep)
+    assert first == "calc.py\ntest_calc.py"
+    assert "same call twice in a row" in repeat
+    assert other == first  # different arguments: run again
+
+
+def test_tool_errors_are_observations(episode: Callable[..., Episode]) -> None:
+    ep = episode([call("read_file", path="../../etc/passwd"),
+                  call("write_file", path=".git/config", content="x"),
+                  call("run_cmd", cmd="exit 4"), "THOUGHT: x\nFINAL: x"])
+    escape, git, failed = results(ep)
+    assert escape.startswith("ERROR: ") and "outside the workspace" in escape
+    assert git.startswith("ERROR: ") and ".git" in git
+    assert failed == "exit code: 4\n(no output)"  # a failing command is not an error
+    assert ep.ws.changed_files() == []
+
+
+def test_max_steps(episode: Callable[..., Episode]) -> None:
+    replies = [call("list_dir"), call("git_diff"), call("read_file", path="calc.py"), "THOUGHT: x\nFINAL: x"]
+    ep = episode(replies, max_steps=2)
+    assert ep.exit_reason == "max_steps" and ep.turn == 2 and ep.final is None
+    assert [s["tool"] for s in ep.steps if s["type"] == "tool_call"] == ["list_dir", "git_diff"]

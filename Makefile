@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 ARGS ?=
 
-.PHONY: setup run test bench lint clean-cache
+.PHONY: setup run test bench report lint clean-cache
 
 setup:
 	@bash scripts/setup.sh
@@ -15,6 +15,9 @@ test: setup
 
 bench: setup
 	$(PY) bench/generation.py $(ARGS)
+
+report: setup
+	$(PY) analysis/report.py $(or $(ARGS),traces)
 
 lint: setup
 	.venv/bin/ruff check .

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Idempotent setup: .venv, torch, the project with its extras, bubblewrap, vLLM, offline weights.
+# Idempotent setup: .venv, torch, the project with its extras, bubblewrap + chromium, vLLM, offline weights.
 # A second run skips what is done (stamps in .venv keyed by pyproject.toml and this script).
 #   AGENT_HARNESS_NO_VLLM=1   skip vLLM
+#   AGENT_HARNESS_NO_CHROMIUM=1  skip chromium (only the report screenshot needs it)
 #   PYTHON=python3.12         interpreter for a new .venv (>= 3.11)
 #   SETUP_FORCE=1             redo the pip steps even when the stamps match
 set -euo pipefail
@@ -70,18 +71,22 @@ else
     echo "$key" >"$stamp"
 fi
 
-# --- 3. bubblewrap (the sandbox) ---------------------------------------------------------------
-if ! command -v bwrap >/dev/null 2>&1; then
+# --- 3. Debian packages: bubblewrap (the sandbox), chromium (HTML report screenshots) ----------
+want=()
+command -v bwrap >/dev/null 2>&1 || want+=(bubblewrap)
+if [ -z "${AGENT_HARNESS_NO_CHROMIUM:-}" ] && ! command -v chromium >/dev/null 2>&1; then want+=(chromium); fi
+if [ ${#want[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-        log "installing bubblewrap"
-        if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; }; then
-            warn "could not install bubblewrap; commands will run under the rlimit fallback sandbox"
+        log "installing ${want[*]} (apt)"
+        if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+                apt-get install -y -qq --no-install-recommends "${want[@]}" >/dev/null; }; then
+            warn "could not install ${want[*]}"
         fi
     else
-        warn "bubblewrap (bwrap) is missing and cannot be installed here (needs root and apt-get);" \
-            "commands will run under the rlimit fallback sandbox"
+        warn "${want[*]} missing and not installable here (needs root and apt-get)"
     fi
 fi
+command -v bwrap >/dev/null 2>&1 || warn "no bubblewrap: commands run under the rlimit fallback sandbox"
 
 # --- 4. vLLM (optional; the transformers backend is the fallback) -------------------------------
 if [ -n "${AGENT_HARNESS_NO_VLLM:-}" ]; then

@@ -186,3 +186,16 @@ def test_bad_flags_one_line(flags: list[str], msg: str, tmp_path: Path) -> None:
     r = cli("--models", "oracle", "--out", str(tmp_path / "t"), "--no-embed", *flags)
     assert r.returncode == 2, r.stderr
     assert msg in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_single_shot_baseline_oracle_and_null(tmp_path: Path) -> None:
+    out = tmp_path / "t"
+    r = cli("--models", "oracle,null", "--mode", "single-shot", "--n", "5", "--out", str(out), "--no-embed")
+    assert r.returncode == 0, r.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["oracle"]["humanevalfix-single_shot"]["pass@1"] == 1.0
+    assert summary["null"]["humanevalfix-single_shot"]["pass@1"] == 0.0
+    for name, data in traces(out).items():
+        assert validate_trace(data) == [], name
+        assert [s["type"] for s in data["steps"]] == ["final"] and data["outcome"]["completed"]
+        assert data["agent"]["mode"] == "single_shot"

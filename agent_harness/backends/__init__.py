@@ -76,6 +76,7 @@ def resolve_backend_name(spec: ModelSpec) -> tuple[str, str | None]:
     name = spec.backend
     if name == "vllm" and importlib.util.find_spec("vllm") is None:
         return "transformers", "vllm not installed"
-    if name in ("vllm", "transformers") and spec.offline is None and importlib.util.find_spec("torch") is None:
+    if (name in ("vllm", "transformers") and spec.offline is None
+            and importlib.util.find_spec("torch") is None):
         return name, "torch not installed"
     return name, None

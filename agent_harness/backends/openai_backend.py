@@ -1,0 +1,237 @@
+"""OpenAI-compatible backend: the scale-out path.
+
+Many harness workers share one inference service (a `vllm serve` cluster behind a load balancer,
+TGI, a llama.cpp server): each worker sends its batch as `concurrency` parallel
+``POST {base_url}/chat/completions`` requests and gets the results back in order. No model is
+loaded here; the server decides dtype, batching and caching.
+
+Semantics match the local backends: the API takes at most 4 `stop` entries, so the first 4 are
+sent and the reply is also cut client-side at every stop string; token counts come from `usage`;
+`finish_reason` maps to "stop" / "length".
+
+Retries: 429, 5xx, timeouts and connection errors are retried up to `max_retries` times with
+exponential backoff and jitter (``AGENT_HARNESS_OPENAI_BACKOFF_S`` is the base delay, default 1 s),
+honouring a `Retry-After` header. Other 4xx fail at once with the server's message. When retries
+run out, BackendUnavailable names the URL and the last status: a dead server stops the run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from ..errors import BackendUnavailable, ConfigError, MissingExtraError
+from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams
+
+if TYPE_CHECKING:
+    import httpx
+
+    from ..registry import ModelSpec, OpenAIEndpoint
+
+log = logging.getLogger(__name__)
+
+MAX_API_STOPS = 4
+DEFAULT_BACKOFF_S = 1.0
+MAX_BACKOFF_S = 60.0
+RETRY_STATUSES = frozenset({408, 429}) | frozenset(range(500, 600))
+
+
+def _backoff_base() -> float:
+    raw = os.environ.get("AGENT_HARNESS_OPENAI_BACKOFF_S")
+    if raw is None or raw == "":
+        return DEFAULT_BACKOFF_S
+    bad = f"AGENT_HARNESS_OPENAI_BACKOFF_S={raw!r}: expected seconds (a number >= 0)"
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(bad) from None
+    if value < 0:
+        raise ConfigError(bad)
+    return value
+
+
+def _retry_after(resp: httpx.Response) -> float | None:
+    """Seconds from a `Retry-After` header (delta-seconds or an HTTP date), if any."""
+    raw = resp.headers.get("retry-after")
+    if not raw:
+        return None
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        pass
+    from email.utils import parsedate_to_datetime
+
+    try:
+        when = parsedate_to_datetime(raw)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _server_message(resp: httpx.Response) -> str:
+    """The server's error message on one line (OpenAI's ``{"error": {"message": ...}}`` or the body)."""
+    try:
+        body = resp.json()
+    except (json.JSONDecodeError, ValueError):
+        body = None
+    msg: Any = None
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        msg = err.get("message") if isinstance(err, dict) else err
+        if msg is None:
+            msg = body.get("detail") or body.get("message")
+    if msg is None:
+        msg = resp.text
+    line = " ".join(str(msg).split())
+    return line[:300] + ("..." if len(line) > 300 else "")
+
+
+class OpenAIBackend:
+    """Chat completions against an OpenAI-compatible server, a batch as parallel requests."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        try:
+            import httpx
+        except ImportError:
+            raise MissingExtraError("the openai backend needs httpx: pip install httpx") from None
+        if spec.openai is None:
+            raise ConfigError(f"model '{spec.name}': backend 'openai' needs an 'openai' block")
+        self.spec = spec
+        self.endpoint: OpenAIEndpoint = spec.openai
+        self.url = self.endpoint.base_url.rstrip("/") + "/chat/completions"
+        headers = {"Content-Type": "application/json"}
+        if self.endpoint.api_key_env:
+            key = os.environ.get(self.endpoint.api_key_env)
+            if not key:
+                raise BackendUnavailable(
+                    f"model '{spec.name}': the API key variable {self.endpoint.api_key_env} is not set"
+                )
+            headers["Authorization"] = f"Bearer {key}"
+        self.backoff_s = _backoff_base()
+        self._rng = random.Random()
+        self._rng_lock = threading.Lock()
+        self.client: httpx.Client | None = httpx.Client(
+            headers=headers, timeout=self.endpoint.timeout_s,
+            limits=httpx.Limits(max_connections=self.endpoint.concurrency,
+                                max_keepalive_connections=self.endpoint.concurrency),
+        )
+        self.info = BackendInfo(
+            requested="openai", used="openai", device="remote",
+            details={"base_url": self.endpoint.base_url, "model": self.endpoint.model,
+                     "concurrency": self.endpoint.concurrency, "max_retries": self.endpoint.max_retries,
+                     "timeout_s": self.endpoint.timeout_s, "httpx": httpx.__version__},
+        )
+
+    # -- one request -----------------------------------------------------------------------------
+    def _payload(self, conv: Conversation, params: GenParams, stops: tuple[str, ...]) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.endpoint.model, "messages": list(conv), "max_tokens": params.max_tokens,
+            "temperature": params.temperature, "top_p": params.top_p,
+        }
+        if stops:
+            body["stop"] = list(stops[:MAX_API_STOPS])
+        if params.seed is not None:
+            body["seed"] = params.seed
+        return body
+
+    def _delay(self, attempt: int, retry_after: float | None) -> float:
+        with self._rng_lock:
+            jitter = self._rng.uniform(0.5, 1.5)
+        delay = min(MAX_BACKOFF_S, self.backoff_s * 2**attempt) * jitter
+        if retry_after is not None:
+            delay = max(delay, min(retry_after, MAX_BACKOFF_S * 5))
+        return delay
+
+    def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+        """POST with retries; the parsed JSON reply, or BackendUnavailable / a 4xx error."""
+        import httpx
+
+        client = self.client
+        if client is None:
+            raise BackendUnavailable(f"openai backend for '{self.spec.name}' is closed")
+        retries = self.endpoint.max_retries
+        last = "no attempt"
+        for attempt in range(retries + 1):
+            retry_after: float | None = None
+            try:
+                resp = client.post(self.url, json=body)
+            except httpx.TimeoutException as e:
+                last = f"timeout after {self.endpoint.timeout_s:g} s ({type(e).__name__})"
+            except httpx.TransportError as e:
+                last = f"connection error ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+            else:
+                if resp.status_code == 200:
+                    try:
+                        data = resp.json()
+                    except (json.JSONDecodeError, ValueError):
+                        raise BackendUnavailable(
+                            f"{self.url}: HTTP 200 with a body that is not JSON: {resp.text[:200]!r}"
+                        ) from None
+                    if not isinstance(data, dict) or not data.get("choices"):
+                        raise BackendUnavailable(f"{self.url}: reply has no 'choices': {str(data)[:200]}")
+                    return data
+                msg = _server_message(resp)
+                if resp.status_code not in RETRY_STATUSES:
+                    raise BackendUnavailable(f"{self.url}: HTTP {resp.status_code}: {msg}")
+                last = f"HTTP {resp.status_code}: {msg}"
+                retry_after = _retry_after(resp)
+            if attempt < retries:
+                delay = self._delay(attempt, retry_after)
+                log.warning("%s: %s; retry %d/%d in %.2f s", self.url, last, attempt + 1, retries, delay)
+                time.sleep(delay)
+        raise BackendUnavailable(f"{self.url}: gave up after {retries + 1} attempt(s); last: {last}")
+
+    def _one(self, conv: Conversation, params: GenParams, stops: tuple[str, ...]) -> Completion:
+        t0 = time.perf_counter()
+        data = self._post(self._payload(conv, params, stops))
+        latency = time.perf_counter() - t0
+        choice = data["choices"][0]
+        message = choice.get("message") or {}
+        text = message.get("content") or choice.get("text") or ""
+        reason = choice.get("finish_reason")
+        finish: FinishReason = "length" if reason == "length" else "stop"
+        cut = min((p for p in (text.find(s) for s in stops) if p >= 0), default=-1)
+        if cut >= 0:
+            text, finish = text[:cut], "stop"
+        usage = data.get("usage") or {}
+        return Completion(
+            text=text, prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            completion_tokens=int(usage.get("completion_tokens") or 0),
+            finish_reason=finish, latency_s=latency,
+        )
+
+    # -- the batch -------------------------------------------------------------------------------
+    def generate(self, conversations: list[Conversation], params: GenParams) -> list[Completion]:
+        """One Completion per conversation, in order; up to `concurrency` requests in flight."""
+        if params.max_tokens < 1:
+            raise ConfigError(f"max_tokens must be >= 1, got {params.max_tokens}")
+        if not conversations:
+            return []
+        stops = tuple(s for s in params.stop if s)
+        workers = min(self.endpoint.concurrency, len(conversations))
+        if workers == 1:
+            return [self._one(c, params, stops) for c in conversations]
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="openai") as pool:
+            futures = [pool.submit(self._one, c, params, stops) for c in conversations]
+            try:
+                return [f.result() for f in futures]
+            except BaseException:
+                for f in futures:
+                    f.cancel()
+                raise
+
+    def close(self) -> None:
+        client, self.client = self.client, None
+        if client is not None:
+            client.close()
+
+
+def create(spec: ModelSpec) -> OpenAIBackend:
+    """Factory named in `backends.BACKENDS`."""
+    return OpenAIBackend(spec)

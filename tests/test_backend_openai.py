@@ -1,0 +1,229 @@
+"""The openai backend against a real HTTP server on 127.0.0.1 (an OpenAI-style /v1/chat/completions).
+
+The server answers from a script of (status, headers, body) per request and records every request;
+retry delays are kept tiny through AGENT_HARNESS_OPENAI_BACKOFF_S.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_harness.backends import load_backend
+from agent_harness.backends.openai_backend import MAX_API_STOPS, OpenAIBackend
+from agent_harness.errors import BackendUnavailable
+from agent_harness.registry import ModelSpec, load_registry
+from agent_harness.types import GenParams
+
+Reply = tuple[int, dict[str, str], Any]
+
+
+def echo_reply(body: dict[str, Any]) -> Reply:
+    """A 200 reply whose text names the last user message; usage counts are derived from it."""
+    last = body["messages"][-1]["content"]
+    text = f"echo: {last}"
+    return 200, {}, {
+        "id": "x", "object": "chat.completion", "model": body["model"],
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": len(last.split()) + 10, "completion_tokens": len(text.split()),
+                  "total_tokens": 0},
+    }
+
+
+class FakeServer:
+    """ThreadingHTTPServer on an ephemeral port; `script` decides each reply (default: echo)."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        self.script: Callable[[int, dict[str, Any]], Reply] = lambda n, body: echo_reply(body)
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                body = json.loads(raw)
+                with server.lock:
+                    n = len(server.requests)
+                    server.requests.append({"path": self.path, "headers": dict(self.headers), "body": body,
+                                            "t": time.monotonic()})
+                status, headers, payload = server.script(n, body)
+                data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    for k, v in headers.items():
+                        self.send_header(k, v)
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client timed out and went away (test_timeout_is_retried)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                       daemon=True)
+        self.thread.start()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server() -> Iterator[FakeServer]:
+    s = FakeServer()
+    yield s
+    s.close()
+
+
+@pytest.fixture(autouse=True)
+def tiny_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENT_HARNESS_OPENAI_BACKOFF_S", "0.01")
+    monkeypatch.setenv("TEST_OPENAI_KEY", "sk-test-123")
+
+
+def registry_spec(tmp_path: Path, base_url: str, **openai: Any) -> ModelSpec:
+    """A spec loaded through the real registry path (YAML → validation → ModelSpec)."""
+    block = {"base_url": base_url, "model": "served-model", "api_key_env": "TEST_OPENAI_KEY",
+             "timeout_s": 5, "max_retries": 3, "concurrency": 4, **openai}
+    lines = [f"      {k}: {json.dumps(v)}" for k, v in block.items() if v is not None]
+    path = tmp_path / "models.yaml"
+    path.write_text("models:\n  - name: remote\n    backend: openai\n    openai:\n" + "\n".join(lines) + "\n")
+    return load_registry(path).get("remote")
+
+
+def conv(text: str) -> list[dict[str, str]]:
+    return [{"role": "system", "content": "be brief"}, {"role": "user", "content": text}]
+
+
+def test_batch_in_order_with_usage_and_key(tmp_path: Path, server: FakeServer) -> None:
+    def slow_first(n: int, body: dict[str, Any]) -> Reply:
+        if body["messages"][-1]["content"] == "q0":
+            time.sleep(0.3)  # the first answer arrives last: order must still hold
+        return echo_reply(body)
+
+    server.script = slow_first
+    backend = load_backend(registry_spec(tmp_path, server.base_url))
+    assert isinstance(backend, OpenAIBackend)
+    assert (backend.info.requested, backend.info.used, backend.info.device) == ("openai", "openai", "remote")
+    params = GenParams(max_tokens=17, temperature=0.5, top_p=0.9, seed=7)
+    t0 = time.perf_counter()
+    out = backend.generate([conv(f"q{i}") for i in range(6)], params)
+    wall = time.perf_counter() - t0
+    backend.close()
+    assert [c.text for c in out] == [f"echo: q{i}" for i in range(6)]
+    assert all(c.prompt_tokens == 11 and c.completion_tokens == 2 and c.finish_reason == "stop" for c in out)
+    assert wall < 0.3 * 2  # requests ran in parallel (concurrency 4), not one after another
+    assert len(server.requests) == 6
+    req = server.requests[0]
+    assert req["path"] == "/v1/chat/completions"
+    assert req["headers"]["Authorization"] == "Bearer sk-test-123"
+    body = req["body"]
+    assert body["model"] == "served-model"
+    assert body["messages"][0] == {"role": "system", "content": "be brief"}
+    assert (body["max_tokens"], body["temperature"], body["top_p"], body["seed"]) == (17, 0.5, 0.9, 7)
+    assert "stop" not in body
+
+
+def test_missing_key_variable_is_one_clear_error(tmp_path: Path, server: FakeServer,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TEST_OPENAI_KEY")
+    with pytest.raises(BackendUnavailable, match="TEST_OPENAI_KEY is not set"):
+        load_backend(registry_spec(tmp_path, server.base_url))
+
+
+def test_503_then_success_is_retried(tmp_path: Path, server: FakeServer) -> None:
+    server.script = lambda n, body: ((503, {}, {"error": {"message": "warming up"}})
+                                     if n == 0 else echo_reply(body))
+    backend = load_backend(registry_spec(tmp_path, server.base_url))
+    [c] = backend.generate([conv("hi")], GenParams(max_tokens=5))
+    assert c.text == "echo: hi"
+    assert len(server.requests) == 2
+
+
+def test_429_honours_retry_after(tmp_path: Path, server: FakeServer) -> None:
+    server.script = lambda n, body: ((429, {"Retry-After": "0.4"}, {"error": {"message": "slow down"}})
+                                     if n == 0 else echo_reply(body))
+    backend = load_backend(registry_spec(tmp_path, server.base_url))
+    [c] = backend.generate([conv("hi")], GenParams(max_tokens=5))
+    assert c.text == "echo: hi"
+    assert len(server.requests) == 2
+    gap = server.requests[1]["t"] - server.requests[0]["t"]
+    assert gap >= 0.35  # the base backoff is 0.01 s: only Retry-After explains the wait
+
+
+def test_persistent_500_gives_up_with_one_line(tmp_path: Path, server: FakeServer) -> None:
+    server.script = lambda n, body: (500, {}, {"error": {"message": "CUDA error: device lost"}})
+    backend = load_backend(registry_spec(tmp_path, server.base_url, max_retries=2))
+    with pytest.raises(BackendUnavailable) as err:
+        backend.generate([conv("hi")], GenParams(max_tokens=5))
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert server.base_url + "/chat/completions" in msg
+    assert "HTTP 500" in msg and "CUDA error: device lost" in msg and "3 attempt" in msg
+    assert len(server.requests) == 3  # the first try + max_retries
+
+
+def test_dead_server_is_a_fault(tmp_path: Path) -> None:
+    s = FakeServer()
+    url = s.base_url
+    s.close()  # nothing listens on that port any more
+    backend = load_backend(registry_spec(tmp_path, url, max_retries=1))
+    with pytest.raises(BackendUnavailable, match="gave up after 2 attempt.*connection error"):
+        backend.generate([conv("hi")], GenParams(max_tokens=5))
+
+
+def test_400_fails_at_once_with_the_servers_message(tmp_path: Path, server: FakeServer) -> None:
+    server.script = lambda n, body: (400, {}, {"error": {"message": "max_tokens is too large: 99999"}})
+    backend = load_backend(registry_spec(tmp_path, server.base_url))
+    with pytest.raises(BackendUnavailable, match="HTTP 400: max_tokens is too large: 99999"):
+        backend.generate([conv("hi")], GenParams(max_tokens=5))
+    assert len(server.requests) == 1
+
+
+def test_timeout_is_retried(tmp_path: Path, server: FakeServer) -> None:
+    def slow_once(n: int, body: dict[str, Any]) -> Reply:
+        if n == 0:
+            time.sleep(0.6)
+        return echo_reply(body)
+
+    server.script = slow_once
+    backend = load_backend(registry_spec(tmp_path, server.base_url, timeout_s=0.2))
+    [c] = backend.generate([conv("hi")], GenParams(max_tokens=5))
+    assert c.text == "echo: hi" and len(server.requests) == 2
+
+
+def test_stops_sent_first_four_and_cut_client_side(tmp_path: Path, server: FakeServer) -> None:
+    text = "alpha beta STOP5 gamma STOP1 delta"
+    server.script = lambda n, body: (200, {}, {
+        "choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "length"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 9},
+    })
+    backend = load_backend(registry_spec(tmp_path, server.base_url))
+    stops = ("STOP1", "STOP2", "STOP3", "STOP4", "STOP5", "")
+    [c] = backend.generate([conv("go")], GenParams(max_tokens=9, stop=stops))
+    assert server.requests[0]["body"]["stop"] == list(stops[:MAX_API_STOPS])
+    assert c.text == "alpha beta " and c.finish_reason == "stop"  # cut at STOP5, which the server never saw
+    [free] = backend.generate([conv("go")], GenParams(max_tokens=9))
+    assert free.text == text and free.finish_reason == "length" and free.completion_tokens == 9
+
+
+def test_registry_default_entry_is_valid() -> None:
+    spec = load_registry().get("local-server")
+    assert spec.backend == "openai" and spec.openai is not None
+    assert spec.openai.api_key_env == "OPENAI_API_KEY"

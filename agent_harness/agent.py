@@ -19,6 +19,14 @@ from .types import Backend, Completion, Conversation, GenParams, Task
 from .workspace import Workspace
 
 
+FINAL_IGNORED = "(Your FINAL: was ignored: it came after a TOOL_CALL. Write FINAL: alone, after checking the result.)"
+
+
+def _example_file(task: Task) -> str | None:
+    """A file of the task to use in the prompt's examples: the first one that is not a test."""
+    return next((f for f in task.files if not any(p.startswith("test") for p in f.split("/"))), None)
+
+
 @dataclass
 class AgentConfig:
     """Budgets and helper switches for one episode."""
@@ -27,6 +35,8 @@ class AgentConfig:
     max_total_tokens: int | None = 60_000  # prompt + completion over the episode
     max_wall_s: float | None = 900.0
     repeat_detection: bool = True
+    format_reminder: bool = True  # the reply format restated after every observation
+    loop_temperature: float | None = 0.7  # sample at this temperature after a reply identical to the last
     tool_options: ToolOptions = field(default_factory=ToolOptions)
 
 
@@ -46,10 +56,11 @@ class Episode:
     final: str | None = None
     started: float = field(default_factory=time.monotonic)
     _last_call: str | None = None
+    _replies: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.tools = {t.name: t for t in tools_for(self.ws)}
-        self.system_prompt = render_system_prompt(list(self.tools.values()))
+        self.system_prompt = render_system_prompt(list(self.tools.values()), example_path=_example_file(self.task))
         self.messages = [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": self.task.statement}]
         self.params = GenParams(**{**asdict(self.params), "stop": tuple(dict.fromkeys((*self.params.stop, *STOP_STRINGS)))})
 
@@ -61,10 +72,14 @@ class Episode:
         return list(self.messages)
 
     def gen_params(self) -> GenParams:
-        if not self.temperature_schedule:
-            return self.params
-        temp = self.temperature_schedule[min(self.turn, len(self.temperature_schedule) - 1)]
-        return GenParams(**{**asdict(self.params), "temperature": temp})
+        temp = self.params.temperature
+        if self.temperature_schedule:
+            temp = self.temperature_schedule[min(self.turn, len(self.temperature_schedule) - 1)]
+        looping = len(self._replies) >= 2 and self._replies[-1] == self._replies[-2]
+        if looping and self.config.loop_temperature is not None:  # greedy decoding of a repeated context repeats forever; a sampled step can break out
+            temp = max(temp, self.config.loop_temperature or 0.0)
+        return self.params if temp == self.params.temperature else GenParams(**{**asdict(self.params),
+                                                                                 "temperature": temp})
 
     def _step(self, type_: str, text: str, **extra: Any) -> dict[str, Any]:
         step = {"i": len(self.steps), "turn": self.turn, "type": type_, "text": text, **extra}
@@ -79,6 +94,7 @@ class Episode:
         meta = {"raw": c.text, "finish_reason": c.finish_reason, "latency_s": c.latency_s,
                 "tokens": {"prompt": c.prompt_tokens, "completion": c.completion_tokens}}
         self.messages.append({"role": "assistant", "content": c.text})
+        self._replies.append(c.text)
         try:
             if c.finish_reason == "length" and c.completion_tokens == 0:
                 raise LimitsExceeded("the conversation no longer fits in the context window", "context")
@@ -102,8 +118,11 @@ class Episode:
                            tool=reply.tool, args=reply.args, call_id=call_id, repairs=reply.repairs, **meta)
                 t0 = time.monotonic()
                 obs = self._run_tool(reply.tool or "", reply.args or {})
+                if "final_after_call" in reply.repairs:
+                    obs += f"\n\n{FINAL_IGNORED}"
                 self._step("tool_result", obs, tool=reply.tool, call_id=call_id, latency_s=time.monotonic() - t0)
-                self.messages.append({"role": "user", "content": format_observation(obs)})
+                self.messages.append({"role": "user",
+                                      "content": format_observation(obs, self.config.format_reminder)})
         except Submitted as s:
             self.final, self.exit_reason = str(s), "submitted"
         except LimitsExceeded as e:

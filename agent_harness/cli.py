@@ -38,6 +38,9 @@ def run_parser(prog: str = "agent-harness run") -> argparse.ArgumentParser:
     p.add_argument("--no-syntax-check", action="store_true", help="helper off: syntax check of written .py")
     p.add_argument("--no-failure-extract", action="store_true", help="helper off: failing line from test output")
     p.add_argument("--no-repeat-detection", action="store_true", help="helper off: repeated-call notice")
+    p.add_argument("--no-format-reminder", action="store_true", help="helper off: reply format after observations")
+    p.add_argument("--no-loop-break", action="store_true",
+                   help="helper off: sample (temperature 0.7) after a reply identical to the previous one")
     p.add_argument("--backend", choices=["transformers", "vllm", "openai", "scripted"], default=None,
                    help="force this backend for every model (default: each model's own, with fallback)")
     p.add_argument("--workers", type=int, default=4, help="threads for tools and tests")
@@ -85,7 +88,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         progress=not args.no_progress and sys.stderr.isatty(),
         agent=AgentConfig(
             max_steps=args.max_steps, max_total_tokens=args.max_total_tokens or None,
-            repeat_detection=not args.no_repeat_detection,
+            repeat_detection=not args.no_repeat_detection, format_reminder=not args.no_format_reminder,
+            loop_temperature=None if args.no_loop_break else 0.7,
             tool_options=ToolOptions(syntax_check=not args.no_syntax_check,
                                      extract_failure=not args.no_failure_extract),
         ),

@@ -61,7 +61,7 @@ REPAIRS: tuple[str, ...] = (
     "missing_thought", "json_fence", "json_next_line", "trailing_text", "text_before_json",
     "name_outside_json", "xml_tool_call", "inline_marker", "missing_marker", "literal_newlines",
     "python_literal", "alt_keys", "flat_args", "extra_keys", "args_json_string", "args_omitted",
-    "null_arg", "tool_name_case", "content_block",
+    "null_arg", "tool_name_case", "content_block", "final_after_call",
 )
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
@@ -117,16 +117,16 @@ class _Marker:
 # Rendering
 
 
-def _example_value(p: ToolParam) -> Any:
+def _example_value(p: ToolParam, example_path: str = "main.py") -> Any:
     if p.type == "string":
-        return "main.py" if "path" in p.name or "file" in p.name else "..."
+        return example_path if "path" in p.name or "file" in p.name else "..."
     return {"array": ["..."], "integer": 1, "boolean": True, "object": {}, "string|array": "..."}[p.type]
 
 
-def _example_call(tools: Sequence[ToolSpec]) -> str:
+def _example_call(tools: Sequence[ToolSpec], example_path: str) -> str:
     with_args = [t for t in tools if t.required]
     spec = next((t for t in with_args if "read" in t.name), with_args[0] if with_args else tools[0])
-    args = {p.name: _example_value(p) for p in spec.params if p.required}
+    args = {p.name: _example_value(p, example_path) for p in spec.params if p.required}
     return json.dumps({"tool": spec.name, "args": args})
 
 
@@ -137,8 +137,13 @@ def _tool_line(spec: ToolSpec) -> str:
     return f"- {spec.signature()}" + (f" - {' '.join(parts)}" if parts else "")
 
 
-def render_system_prompt(tools: Sequence[ToolSpec], preamble: str = "") -> str:
-    """The system prompt: tools (from their specs), the reply format with examples, the rules."""
+def render_system_prompt(tools: Sequence[ToolSpec], preamble: str = "", example_path: str | None = None) -> str:
+    """The system prompt: tools (from their specs), the reply format with examples, the rules.
+
+    `example_path` names a real file of the task in the examples: small models copy example
+    arguments literally, and a placeholder like main.py sends them after a file that is not there.
+    """
+    example_path = example_path or "main.py"
     names = {t.name for t in tools}
     block_tool = next((t for t in tools if "content" in t.required
                        and any(p.name == "content" and p.type == "string" for p in t.params)), None)
@@ -155,9 +160,10 @@ def render_system_prompt(tools: Sequence[ToolSpec], preamble: str = "") -> str:
     ]
     if tools:
         lines += ["", "Example:", "THOUGHT: I need to see the code first.",
-                  f"TOOL_CALL: {_example_call(tools)}"]
+                  f"TOOL_CALL: {_example_call(tools, example_path)}"]
     if block_tool is not None:
-        head = {p.name: _example_value(p) for p in block_tool.params if p.required and p.name != "content"}
+        head = {p.name: _example_value(p, example_path) for p in block_tool.params
+                if p.required and p.name != "content"}
         lines += ["", "Example:", "THOUGHT: The loop must stop one step earlier. I rewrite the file.",
                   f"TOOL_CALL: {json.dumps({'tool': block_tool.name, 'args': head})}",
                   "```python", "def last(xs):", "    return xs[len(xs) - 1]", "```"]
@@ -182,10 +188,17 @@ def render_system_prompt(tools: Sequence[ToolSpec], preamble: str = "") -> str:
     return "\n".join(lines)
 
 
-def format_observation(text: str) -> str:
-    """How a tool's output is shown to the model (the next user message)."""
+REMINDER = "Reply with THOUGHT: then one TOOL_CALL: (or FINAL: when the task is done)."
+
+
+def format_observation(text: str, reminder: bool = False) -> str:
+    """How a tool's output is shown to the model (the next user message).
+
+    `reminder` appends the reply format: small models otherwise drift into echoing the
+    observation or their own last reply after a few turns.
+    """
     body = text.rstrip()
-    return f"{OBSERVATION_HEADER}\n{body if body else '(no output)'}"
+    return f"{OBSERVATION_HEADER}\n{body if body else '(no output)'}" + (f"\n\n{REMINDER}" if reminder else "")
 
 
 def format_error(err: FormatError) -> str:
@@ -462,16 +475,17 @@ def _parse_call(
     later = [m for m in markers if m.start >= end]
     if any(m.kind == "call" for m in later):
         raise FormatError(_TWO_CALLS)
-    if any(m.kind == "final" for m in later):
-        raise FormatError(_BOTH)
     rest = text[end:]
     rest = rest[_CLOSERS.match(rest).end():]  # type: ignore[union-attr]
     if rest.strip():
         if "TOOL_CALL:" in rest or _second_call(rest):
             raise FormatError(_TWO_CALLS)
-        if "FINAL:" in rest:
-            raise FormatError(_BOTH)
-        repairs.append("trailing_text")
+        # Small models often announce FINAL right after their call. The call runs; the FINAL is
+        # dropped (the agent says so in the observation), so the model still sees the result first.
+        if any(m.kind == "final" for m in later) or "FINAL:" in rest:
+            repairs.append("final_after_call")
+        else:
+            repairs.append("trailing_text")
     spec, args = spec_args
     return spec, _check_args(spec, args, repairs)
 

@@ -69,6 +69,9 @@ class ModelSpec(_Strict):
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     load_in_4bit: bool = Field(False, description="bitsandbytes 4-bit; CUDA only.")
+    quantization: Literal["none", "int8-dynamic"] = Field(
+        "none", description="int8-dynamic: int8 weights for every Linear layer, activations quantized on the "
+        "fly (torch dynamic quantization); transformers backend on CPU only. Faster, not identical outputs.")
     context_length: int = Field(4096, ge=256)
     stop: list[str] = Field(default_factory=list, description="Extra stop strings.")
     aliases: list[str] = Field(default_factory=list)

@@ -114,6 +114,8 @@ def _header(cfg: RunConfig, spec: ModelSpec, backend: Backend, job: Job, ep_para
         "harness_version": harness_version(),
         "agent": {"mode": cfg.mode, "max_steps": cfg.agent.max_steps, "max_total_tokens": cfg.agent.max_total_tokens,
                   "max_wall_s": cfg.agent.max_wall_s, "tool_options": asdict(cfg.agent.tool_options),
+                  "repeat_detection": cfg.agent.repeat_detection, "format_reminder": cfg.agent.format_reminder,
+                  "loop_temperature": cfg.agent.loop_temperature,
                   "concurrency": cfg.concurrency},
         "prompt": {"system": system, "task": job.task.statement},
         "steps": [],

@@ -486,15 +486,15 @@ def list_dir(ws: Workspace, opts: ToolOptions,
 
 @tool()
 def run_cmd(ws: Workspace, opts: ToolOptions,
-            cmd: Annotated[str | list[str], 'shell command line, e.g. "python3 main.py"']) -> str:
+            cmd: Annotated[str | list[str], 'shell command line, e.g. "ls -la"']) -> str:
     """Run a shell command in the workspace and show its output."""
     if isinstance(cmd, str):
         if not cmd.strip():
-            raise ToolError('cmd is empty; give a command line like "python3 main.py"')
+            raise ToolError('cmd is empty; give a command line like "ls -la"')
         argv = ["/bin/sh", "-c", cmd]
     else:
         if not cmd or not all(isinstance(a, str) for a in cmd):
-            raise ToolError('cmd must be a command line like "python3 main.py" (or a list of strings)')
+            raise ToolError('cmd must be a command line like "ls -la" (or a list of strings)')
         argv = list(cmd)
     if any("\0" in a for a in argv):
         raise ToolError("cmd contains a NUL character")

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from agent_harness.agent import AgentConfig, Episode, run_episode
+from agent_harness.agent import FINAL_IGNORED, AgentConfig, Episode, run_episode
 from agent_harness.backends.scripted import ScriptedBackend
-from agent_harness.protocol import ERROR_HEADER, OBSERVATION_HEADER
+from agent_harness.protocol import ERROR_HEADER, OBSERVATION_HEADER, REMINDER
 from agent_harness.sandbox import Limits
 from agent_harness.types import GenParams, Task
 from agent_harness.workspace import Workspace
@@ -70,7 +70,7 @@ def test_read_edit_test_submit(episode: Callable[..., Episode]) -> None:
     assert ep.ws.changed_files() == ["calc.py"]
     assert "-    return a - b\n+    return a + b\n" in ep.ws.diff()
     observations = [m["content"] for m in ep.messages if m["role"] == "user"][1:]
-    assert observations == [f"{OBSERVATION_HEADER}\n{r.rstrip()}" for r in results(ep)]
+    assert observations == [f"{OBSERVATION_HEADER}\n{r.rstrip()}\n\n{REMINDER}" for r in results(ep)]
 
 
 def test_malformed_replies_are_parse_errors_and_the_episode_goes_on(episode: Callable[..., Episode]) -> None:
@@ -117,3 +117,45 @@ def test_max_steps(episode: Callable[..., Episode]) -> None:
     ep = episode(replies, max_steps=2)
     assert ep.exit_reason == "max_steps" and ep.turn == 2 and ep.final is None
     assert [s["tool"] for s in ep.steps if s["type"] == "tool_call"] == ["list_dir", "git_diff"]
+
+
+def test_final_after_a_call_is_dropped_and_the_call_runs(episode: Callable[..., Episode]) -> None:
+    ep = episode([
+        call("write_file", "Fix it.", path="calc.py", content=FIXED) + "\nFINAL: fixed",
+        'THOUGHT: Block form.\nTOOL_CALL: {"tool": "write_file", "args": {"path": "calc.py"}}\n'
+        "```python\n" + FIXED + "```",
+        "THOUGHT: done\nFINAL: fixed",
+    ])
+    first, second = results(ep)
+    assert FINAL_IGNORED in first and FINAL_IGNORED not in second
+    assert ep.exit_reason == "submitted" and ep.turn == 3
+    assert ep.ws.diff().count("+    return a + b") == 1
+    calls = [s for s in ep.steps if s["type"] == "tool_call"]
+    assert calls[0]["repairs"] == ["final_after_call"] and calls[1]["repairs"] == ["content_block"]
+
+
+def test_prompt_examples_use_a_task_file(episode: Callable[..., Episode]) -> None:
+    ep = episode(["THOUGHT: done\nFINAL: nothing"])
+    assert '"path": "calc.py"' in ep.system_prompt and "main.py" not in ep.system_prompt
+
+
+def test_identical_replies_switch_to_sampling_for_one_step(tmp_path: Path) -> None:
+    """Greedy, except the step right after two identical replies, which samples (loop_temperature)."""
+    same = call("list_dir", "look")
+    temps: dict[float | None, list[float]] = {}
+    for loop_temperature in (0.7, None):
+        script = tmp_path / f"s{loop_temperature}.jsonl"
+        script.write_text("".join(json.dumps(r) + "\n" for r in [same, same, call("git_diff"), "FINAL: ok"]))
+        backend = ScriptedBackend("replay", script)
+        backend.bind_tasks([TASK])
+        ws = Workspace.create(TASK.files, test_cmd=TASK.test_cmd, limits=LIMITS)
+        try:
+            ep = Episode(TASK, ws, GenParams(max_tokens=400), AgentConfig(loop_temperature=loop_temperature))
+            seen = temps.setdefault(loop_temperature, [])
+            while not ep.done:
+                params = ep.gen_params()
+                seen.append(params.temperature)
+                ep.advance(backend.generate([ep.prompt()], params)[0])
+        finally:
+            ws.cleanup()
+    assert temps == {0.7: [0.0, 0.0, 0.7, 0.0], None: [0.0, 0.0, 0.0, 0.0]}

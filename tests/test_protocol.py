@@ -54,6 +54,9 @@ WRITE_NL = '{"tool": "write_file", "args": {"path": "a.py", "content": "def f():
 # id, reply, tool, args, repairs that must be recorded, thought
 OK_CALLS: list[tuple[str, str, str, dict[str, Any], set[str], str | None]] = [
     ("canonical", f"THOUGHT: look first\nTOOL_CALL: {READ}", "read_file", A, set(), "look first"),
+    ("final_after_call", f"{C}{READ}\nFINAL: done", "read_file", A, {"final_after_call"}, "t"),
+    ("inline_final_after_call", f"THOUGHT: t TOOL_CALL: {READ} FINAL: done", "read_file", A,
+     {"final_after_call", "inline_marker"}, "t"),
     ("content_block", 'THOUGHT: t\nTOOL_CALL: {"tool": "write_file", "args": {"path": "a.py"}}\n```python\n'
      'def f():\n    return "x"\n```', "write_file", {"path": "a.py", "content": 'def f():\n    return "x"\n'},
      {"content_block"}, "t"),
@@ -228,9 +231,7 @@ BAD: list[tuple[str, str, list[str]]] = [
     ("two_calls_fenced", f"THOUGHT: t\nTOOL_CALL:\n```json\n{READ}\n```\nTOOL_CALL:\n```json\n{READ}\n```",
      ["Only one TOOL_CALL"]),
     ("two_json_objects", f"{C}{READ}\n{READ}", ["Only one TOOL_CALL"]),
-    ("call_then_final", f"{C}{READ}\nFINAL: done", ["not both"]),
     ("final_then_call", f"THOUGHT: t\nFINAL: done\nTOOL_CALL: {READ}", ["not both"]),
-    ("inline_call_then_final", f"THOUGHT: t TOOL_CALL: {READ} FINAL: done", ["not both"]),
     ("unescaped_quote", T + '{"tool": "write_file", "args": {"path": "a.py", "content": "print("hi")"}}',
      ["Invalid JSON", "print(", '\\"']),
     ("cut_off", T + '{"tool": "write_file", "args": {"path": "a.py", "content": "def f():\\n',

@@ -115,6 +115,7 @@ class HFBackend:
         if not spec.load_in_4bit:
             self.model.to(self.device)
         self.model.eval()
+        self.quantization = self._quantize(torch, spec)
         self.eos_ids = self._eos_ids()
         self.pad_id = self._pad_id()
         # Keep only token ids: the decoding parameters come from GenParams alone.
@@ -136,7 +137,7 @@ class HFBackend:
             "model_dir": source, "dtype": dtype_name, "weights_dtype": weights_dtype,
             "load_s": round(self.load_s, 2),
             "max_batch": self.max_batch, "max_batch_tokens": self.max_batch_tokens,
-            "kv_reuse": self.kv_store is not None,
+            "kv_reuse": self.kv_store is not None, "quantization": self.quantization,
             "torch": torch.__version__, "transformers": transformers.__version__,
         }
         if cuda:
@@ -173,6 +174,24 @@ class HFBackend:
             "float32": True,
         }
         return getattr(torch, name) if native[name] else torch.float32
+
+    def _quantize(self, torch: Any, spec: ModelSpec) -> str:
+        """Apply the spec's CPU quantization; returns what actually runs (recorded in traces)."""
+        if spec.quantization == "none":
+            return "none"
+        if self.device != "cpu":
+            log.warning("%s: quantization %s is CPU-only; running unquantized on %s",
+                        spec.name, spec.quantization, self.device)
+            return f"none ({spec.quantization} is CPU-only)"
+        import warnings
+
+        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+        with warnings.catch_warnings():  # torch points users of this API at torchao; it still works
+            warnings.simplefilter("ignore")
+            # Per output channel: per-tensor scales visibly changed the 0.5B model's answers.
+            self.model = quantize_dynamic(self.model, {torch.nn.Linear: per_channel_dynamic_qconfig})
+        return spec.quantization
 
     @staticmethod
     def _bnb_config(transformers: Any, compute_dtype: Any) -> Any:

@@ -13,9 +13,17 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .errors import FormatError, LimitsExceeded, Submitted, ToolError
-from .protocol import STOP_STRINGS, format_error, format_observation, parse_reply, render_system_prompt
+from .protocol import (
+    STOP_STRINGS,
+    format_error,
+    format_observation,
+    next_step,
+    parse_reply,
+    render_system_prompt,
+)
 from .tools import ToolOptions, execute, tools_for
 from .types import Backend, Completion, Conversation, GenParams, Task
+from .demo import demo_messages
 from .workspace import Workspace
 
 
@@ -37,6 +45,7 @@ class AgentConfig:
     repeat_detection: bool = True
     format_reminder: bool = True  # the reply format restated after every observation
     loop_temperature: float | None = 0.7  # sample at this temperature after a reply identical to the last
+    demo: bool = True  # a worked example episode as earlier chat turns (demo.py) instead of prompt examples
     tool_options: ToolOptions = field(default_factory=ToolOptions)
 
 
@@ -60,8 +69,11 @@ class Episode:
 
     def __post_init__(self) -> None:
         self.tools = {t.name: t for t in tools_for(self.ws)}
-        self.system_prompt = render_system_prompt(list(self.tools.values()), example_path=_example_file(self.task))
-        self.messages = [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": self.task.statement}]
+        self.system_prompt = render_system_prompt(list(self.tools.values()), example_path=_example_file(self.task),
+                                                  examples=not self.config.demo)
+        self.demo = list(demo_messages(tuple(self.tools), self.config.format_reminder)) if self.config.demo else []
+        self.messages = [{"role": "system", "content": self.system_prompt}, *self.demo,
+                         {"role": "user", "content": self.task.statement}]
         self.params = GenParams(**{**asdict(self.params), "stop": tuple(dict.fromkeys((*self.params.stop, *STOP_STRINGS)))})
 
     @property
@@ -121,8 +133,8 @@ class Episode:
                 if "final_after_call" in reply.repairs:
                     obs += f"\n\n{FINAL_IGNORED}"
                 self._step("tool_result", obs, tool=reply.tool, call_id=call_id, latency_s=time.monotonic() - t0)
-                self.messages.append({"role": "user",
-                                      "content": format_observation(obs, self.config.format_reminder)})
+                reminder = next_step(reply.tool, obs) if self.config.format_reminder else None
+                self.messages.append({"role": "user", "content": format_observation(obs, reminder)})
         except Submitted as s:
             self.final, self.exit_reason = str(s), "submitted"
         except LimitsExceeded as e:

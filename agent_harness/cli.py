@@ -39,6 +39,8 @@ def run_parser(prog: str = "agent-harness run") -> argparse.ArgumentParser:
     p.add_argument("--no-failure-extract", action="store_true", help="helper off: failing line from test output")
     p.add_argument("--no-repeat-detection", action="store_true", help="helper off: repeated-call notice")
     p.add_argument("--no-format-reminder", action="store_true", help="helper off: reply format after observations")
+    p.add_argument("--no-demo", action="store_true",
+                   help="helper off: the worked example episode before the task (prompt examples instead)")
     p.add_argument("--no-loop-break", action="store_true",
                    help="helper off: sample (temperature 0.7) after a reply identical to the previous one")
     p.add_argument("--backend", choices=["transformers", "vllm", "openai", "scripted"], default=None,
@@ -89,7 +91,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         agent=AgentConfig(
             max_steps=args.max_steps, max_total_tokens=args.max_total_tokens or None,
             repeat_detection=not args.no_repeat_detection, format_reminder=not args.no_format_reminder,
-            loop_temperature=None if args.no_loop_break else 0.7,
+            loop_temperature=None if args.no_loop_break else 0.7, demo=not args.no_demo,
             tool_options=ToolOptions(syntax_check=not args.no_syntax_check,
                                      extract_failure=not args.no_failure_extract),
         ),

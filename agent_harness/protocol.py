@@ -137,11 +137,13 @@ def _tool_line(spec: ToolSpec) -> str:
     return f"- {spec.signature()}" + (f" - {' '.join(parts)}" if parts else "")
 
 
-def render_system_prompt(tools: Sequence[ToolSpec], preamble: str = "", example_path: str | None = None) -> str:
+def render_system_prompt(tools: Sequence[ToolSpec], preamble: str = "", example_path: str | None = None,
+                         examples: bool = True) -> str:
     """The system prompt: tools (from their specs), the reply format with examples, the rules.
 
     `example_path` names a real file of the task in the examples: small models copy example
     arguments literally, and a placeholder like main.py sends them after a file that is not there.
+    `examples=False` leaves the examples out (the agent shows a worked episode instead, see demo.py).
     """
     example_path = example_path or "main.py"
     names = {t.name for t in tools}
@@ -158,17 +160,18 @@ def render_system_prompt(tools: Sequence[ToolSpec], preamble: str = "", example_
         'TOOL_CALL: {"tool": "<tool name>", "args": {<arguments>}}',
         "FINAL: <what you did>",
     ]
-    if tools:
+    if tools and examples:
         lines += ["", "Example:", "THOUGHT: I need to see the code first.",
                   f"TOOL_CALL: {_example_call(tools, example_path)}"]
-    if block_tool is not None:
+    if block_tool is not None and examples:
         head = {p.name: _example_value(p, example_path) for p in block_tool.params
                 if p.required and p.name != "content"}
         lines += ["", "Example:", "THOUGHT: The loop must stop one step earlier. I rewrite the file.",
                   f"TOOL_CALL: {json.dumps({'tool': block_tool.name, 'args': head})}",
                   "```python", "def last(xs):", "    return xs[len(xs) - 1]", "```"]
-    lines += ["", "Example:", "THOUGHT: The fix is done and checked.",
-              "FINAL: Fixed the bug in the loop bound."]
+    if examples:
+        lines += ["", "Example:", "THOUGHT: The fix is done and checked.",
+                  "FINAL: Fixed the bug in the loop bound."]
     rules = [
         "One tool call per reply, then stop. Its result comes back as OBSERVATION.",
         "Arguments are JSON: double quotes, newlines in strings written as \\n. A ```json fence is allowed.",
@@ -179,7 +182,7 @@ def render_system_prompt(tools: Sequence[ToolSpec], preamble: str = "", example_
         rules.append("write_file replaces the whole file: send the complete new content.")
     if block_tool is not None:
         rules.append(f'For {block_tool.name}, leave "content" out of the JSON and put the text in a ``` block '
-                     "right after the TOOL_CALL line, as in the example.")
+                     "right after the TOOL_CALL line.")
     if "run_tests" in names:
         rules.append("Run run_tests before FINAL.")
     if not tools:
@@ -189,16 +192,30 @@ def render_system_prompt(tools: Sequence[ToolSpec], preamble: str = "", example_
 
 
 REMINDER = "Reply with THOUGHT: then one TOOL_CALL: (or FINAL: when the task is done)."
+# What a coding agent usually does next, by the tool it just used: small models that read a file
+# and are not told what comes next tend to read it again, forever.
+NEXT_STEP = {
+    "read_file": "If you see the bug, fix it with write_file (the whole file in a ``` block); "
+                 "if not, run_tests to see what fails.",
+    "write_file": "Now run_tests to check your change.",
+    "run_tests": "Fix the failing code with write_file.",
+    "run_tests passed": "The tests pass: reply FINAL: with a one-line summary.",
+}
 
 
-def format_observation(text: str, reminder: bool = False) -> str:
-    """How a tool's output is shown to the model (the next user message).
+def next_step(tool: str | None, observation: str) -> str:
+    """The reminder shown after an observation: the reply format, plus the usual next step."""
+    key = "run_tests passed" if tool == "run_tests" and observation.startswith("Tests PASSED") else tool
+    hint = NEXT_STEP.get(key or "")
+    return f"{hint} {REMINDER}" if hint else REMINDER
 
-    `reminder` appends the reply format: small models otherwise drift into echoing the
-    observation or their own last reply after a few turns.
-    """
+
+def format_observation(text: str, reminder: str | None = None) -> str:
+    """How a tool's output is shown to the model (the next user message), with an optional
+    reminder (see `next_step`): small models otherwise drift into echoing the observation or
+    their own last reply after a few turns."""
     body = text.rstrip()
-    return f"{OBSERVATION_HEADER}\n{body if body else '(no output)'}" + (f"\n\n{REMINDER}" if reminder else "")
+    return f"{OBSERVATION_HEADER}\n{body if body else '(no output)'}" + (f"\n\n{reminder}" if reminder else "")
 
 
 def format_error(err: FormatError) -> str:

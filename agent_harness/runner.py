@@ -94,7 +94,7 @@ def plan_jobs(cfg: RunConfig) -> Iterator[tuple[str, str, list[Job]]]:
 
 
 def _header(cfg: RunConfig, spec: ModelSpec, backend: Backend, job: Job, ep_params: GenParams,
-            system: str, sandbox: str) -> dict[str, Any]:
+            system: str, sandbox: str, demo: list[Any] | None = None) -> dict[str, Any]:
     info = backend.info
     return {
         "schema_version": SCHEMA_VERSION,
@@ -115,9 +115,9 @@ def _header(cfg: RunConfig, spec: ModelSpec, backend: Backend, job: Job, ep_para
         "agent": {"mode": cfg.mode, "max_steps": cfg.agent.max_steps, "max_total_tokens": cfg.agent.max_total_tokens,
                   "max_wall_s": cfg.agent.max_wall_s, "tool_options": asdict(cfg.agent.tool_options),
                   "repeat_detection": cfg.agent.repeat_detection, "format_reminder": cfg.agent.format_reminder,
-                  "loop_temperature": cfg.agent.loop_temperature,
+                  "loop_temperature": cfg.agent.loop_temperature, "demo": cfg.agent.demo,
                   "concurrency": cfg.concurrency},
-        "prompt": {"system": system, "task": job.task.statement},
+        "prompt": {"system": system, "task": job.task.statement, "demo": demo or []},
         "steps": [],
         "embeddings": None,
         "outcome": {"completed": False, "passed": None, "compromised": None, "exit_reason": None, "num_steps": 0,
@@ -163,7 +163,7 @@ class ModelRun:
         ws = Workspace.create(job.task.files, test_cmd=job.task.test_cmd)
         params = self.spec.gen_params(seed=self.cfg.seed + job.sample)
         ep = Episode(job.task, ws, params, self.cfg.agent, temperature_schedule=self.spec.temperature_schedule)
-        trace = _header(self.cfg, self.spec, self.backend, job, ep.params, ep.system_prompt, ws.sandbox)
+        trace = _header(self.cfg, self.spec, self.backend, job, ep.params, ep.system_prompt, ws.sandbox, ep.demo)
         write_json_atomic(job.path, trace)
         return Live(job, ep, trace)
 

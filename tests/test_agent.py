@@ -10,7 +10,7 @@ import pytest
 
 from agent_harness.agent import FINAL_IGNORED, AgentConfig, Episode, run_episode
 from agent_harness.backends.scripted import ScriptedBackend
-from agent_harness.protocol import ERROR_HEADER, OBSERVATION_HEADER, REMINDER
+from agent_harness.protocol import ERROR_HEADER, NEXT_STEP, OBSERVATION_HEADER, next_step
 from agent_harness.sandbox import Limits
 from agent_harness.types import GenParams, Task
 from agent_harness.workspace import Workspace
@@ -69,8 +69,14 @@ def test_read_edit_test_submit(episode: Callable[..., Episode]) -> None:
     assert passing.startswith("Tests PASSED.")
     assert ep.ws.changed_files() == ["calc.py"]
     assert "-    return a - b\n+    return a + b\n" in ep.ws.diff()
-    observations = [m["content"] for m in ep.messages if m["role"] == "user"][1:]
-    assert observations == [f"{OBSERVATION_HEADER}\n{r.rstrip()}\n\n{REMINDER}" for r in results(ep)]
+    start = ep.messages.index({"role": "user", "content": TASK.statement})
+    observations = [m["content"] for m in ep.messages[start + 1:] if m["role"] == "user"]
+    assert ep.messages[1:start] == ep.demo and ep.demo[-1]["role"] == "assistant"
+    tools = [s["tool"] for s in ep.steps if s["type"] == "tool_result"]
+    assert observations == [f"{OBSERVATION_HEADER}\n{r.rstrip()}\n\n{next_step(t, r)}"
+                            for t, r in zip(tools, results(ep), strict=True)]
+    assert [o.split("\n\n")[-1].split(" Reply with")[0] for o in observations] == [
+        NEXT_STEP["read_file"], NEXT_STEP["run_tests"], NEXT_STEP["write_file"], NEXT_STEP["run_tests passed"]]
 
 
 def test_malformed_replies_are_parse_errors_and_the_episode_goes_on(episode: Callable[..., Episode]) -> None:
@@ -135,8 +141,13 @@ def test_final_after_a_call_is_dropped_and_the_call_runs(episode: Callable[..., 
 
 
 def test_prompt_examples_use_a_task_file(episode: Callable[..., Episode]) -> None:
-    ep = episode(["THOUGHT: done\nFINAL: nothing"])
+    """Without the demo, the system prompt's examples name a real file of the task."""
+    ep = episode(["THOUGHT: done\nFINAL: nothing"], demo=False)
     assert '"path": "calc.py"' in ep.system_prompt and "main.py" not in ep.system_prompt
+    assert ep.demo == [] and ep.messages[1] == {"role": "user", "content": TASK.statement}
+    with_demo = episode(["THOUGHT: done\nFINAL: nothing"])
+    assert "Example:" not in with_demo.system_prompt
+    assert with_demo.messages[1:1 + len(with_demo.demo)] == with_demo.demo
 
 
 def test_identical_replies_switch_to_sampling_for_one_step(tmp_path: Path) -> None:

@@ -78,14 +78,19 @@ class ScriptedBackend:
         self._tasks.update({t.statement: t for t in tasks})
         self._single_shot.update(single_shot or {})
 
+    def _start(self, conv: Conversation) -> int:
+        """Index of the message that states the task (earlier turns may be a demo episode)."""
+        return next((i for i, m in enumerate(conv) if m["role"] == "user" and m["content"] in self._tasks), 0)
+
     def _task_of(self, conv: Conversation) -> Task | None:
-        first_user = next((m["content"] for m in conv if m["role"] == "user"), "")
+        first_user = next((m["content"] for m in conv[self._start(conv):] if m["role"] == "user"), "")
         return self._tasks.get(first_user) or self._single_shot.get(first_user)
 
     def _reply(self, conv: Conversation) -> str:
-        turn = sum(m["role"] == "assistant" for m in conv)
+        start = self._start(conv)
+        turn = sum(m["role"] == "assistant" for m in conv[start:])
         task = self._task_of(conv)
-        first_user = next((m["content"] for m in conv if m["role"] == "user"), "")
+        first_user = next((m["content"] for m in conv[start:] if m["role"] == "user"), "")
         if first_user in self._single_shot and self.mode in ("oracle", "null"):
             writes = [c["args"]["content"] for c in self._single_shot[first_user].oracle
                       if c["tool"] == "write_file"]

@@ -1,0 +1,56 @@
+"""A worked example episode, shown to the model as earlier chat turns before its real task.
+
+Small models copy what they see: given format examples in the system prompt they recite them,
+while a demonstrated episode (read → fix → test → FINAL) is a pattern they follow. The demo's
+observations are produced by running its calls through the real tools in a scratch workspace,
+so they look exactly like the ones the model will get.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+
+from .protocol import format_observation, next_step
+from .types import Message
+
+DEMO_FILE = "last.py"
+DEMO_TEST = "test_last.py"
+BUGGY = "def last(items):\n    return items[len(items)]\n"
+FIXED = "def last(items):\n    return items[len(items) - 1]\n"
+TESTS = f"from last import last\n\nassert last([1, 2, 3]) == 3\nassert last(['a']) == 'a'\nprint('All tests passed.')\n"
+STATEMENT = (f"Example task: the function `last` in `{DEMO_FILE}` has a bug. The tests in `{DEMO_TEST}` show "
+             f"the expected behaviour. Read `{DEMO_FILE}`, fix the bug, and run the tests.")
+
+
+def _call(thought: str, tool: str, args: dict[str, str], block: str | None = None) -> str:
+    text = f"THOUGHT: {thought}\nTOOL_CALL: {json.dumps({'tool': tool, 'args': args})}"
+    return text + (f"\n```python\n{block}```" if block is not None else "")
+
+
+@cache
+def demo_messages(tool_names: tuple[str, ...], reminder: bool) -> tuple[Message, ...]:
+    """The demo turns for an agent with these tools (run_tests, else run_cmd, runs the tests)."""
+    from .tools import ToolOptions, execute
+    from .workspace import Workspace
+
+    test_cmd = ["python3", DEMO_TEST]
+    test_call = ("run_tests", {}) if "run_tests" in tool_names else ("run_cmd", {"cmd": " ".join(test_cmd)})
+    steps = [
+        (_call("I read the code first.", "read_file", {"path": DEMO_FILE}), "read_file", {"path": DEMO_FILE}),
+        (_call("items[len(items)] is past the end; the last item is at len(items) - 1.", "write_file",
+               {"path": DEMO_FILE}, FIXED), "write_file", {"path": DEMO_FILE, "content": FIXED}),
+        (_call("I check the fix.", *test_call), *test_call),
+    ]
+    messages: list[Message] = [{"role": "user", "content": STATEMENT}]
+    ws = Workspace.create({DEMO_FILE: BUGGY, DEMO_TEST: TESTS}, test_cmd=test_cmd)
+    try:
+        for reply, tool, args in steps:
+            obs = execute(ws, tool, args, ToolOptions())
+            messages.append({"role": "assistant", "content": reply})
+            messages.append({"role": "user", "content": format_observation(obs, next_step(tool, obs) if reminder
+                                                                              else None)})
+    finally:
+        ws.cleanup()
+    messages.append({"role": "assistant", "content": "THOUGHT: The tests pass.\nFINAL: last() returns the last item."})
+    return tuple(messages)

@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import sys
+import threading
 from pathlib import Path
 
 from .errors import ConfigError, HarnessError
@@ -45,6 +46,8 @@ def run_parser(prog: str = "agent-harness run") -> argparse.ArgumentParser:
                    help="helper off: sample (temperature 0.7) after a reply identical to the previous one")
     p.add_argument("--backend", choices=["transformers", "vllm", "openai", "scripted"], default=None,
                    help="force this backend for every model (default: each model's own, with fallback)")
+    p.add_argument("--no-streaming", action="store_true",
+                   help="one batch per tick even when the backend can take requests one by one (vLLM, scripted)")
     p.add_argument("--workers", type=int, default=4, help="threads for tools and tests")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--list-models", action="store_true", help="print the registry and exit")
@@ -86,7 +89,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         task_ids=tuple(t.strip() for t in args.tasks.split(",")) if args.tasks else (), samples=args.samples,
         out=args.out, resume=args.resume, concurrency=args.concurrency, seed=args.seed, embed=not args.no_embed,
         mode=args.mode.replace("-", "_"), dataset_path=args.dataset_path, workers=args.workers,
-        backend=args.backend,
+        backend=args.backend, streaming=not args.no_streaming,
         progress=not args.no_progress and sys.stderr.isatty(),
         agent=AgentConfig(
             max_steps=args.max_steps, max_total_tokens=args.max_total_tokens or None,
@@ -180,9 +183,17 @@ def run_agents_main(argv: list[str] | None = None) -> int:
     return _guard(lambda: cmd_run(_parse_run(run_parser("run_agents.py"), argv)))
 
 
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # unwinds like Ctrl-C: backends close, so engine processes do not outlive us
+
+
 def _guard(fn: object) -> int:
     """Turn harness errors into one line on stderr and the error's exit code."""
+    import signal
+
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         return fn()  # type: ignore[operator]
     except HarnessError as e:

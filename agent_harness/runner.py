@@ -11,19 +11,20 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from .agent import AgentConfig, Episode
+from .baseline import SingleShotEpisode
 from .backends import load_backend
 from .registry import ModelSpec
 from .errors import ConfigError
 from .scenarios import Scenario, SingleShot, TaskQuery, get_scenario
 from .trace import SCHEMA_VERSION, harness_version, is_complete, trace_path, write_json_atomic
-from .types import Backend, Completion, GenParams, Task
+from .types import Backend, Completion, GenParams, StreamingBackend, Task
 from .workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,7 @@ class RunConfig:
     workers: int = 4  # threads running tools, tests and workspace set-up
     progress: bool = True
     backend: str | None = None  # force this backend for every model (default: each model's own)
+    streaming: bool = True  # continuous batching when the backend supports it (else one batch per tick)
 
 
 @dataclass
@@ -67,7 +69,7 @@ class Live:
     """One running episode and the trace that mirrors it on disk."""
 
     job: Job
-    episode: Episode
+    episode: Episode | SingleShotEpisode
     trace: dict[str, Any]
     started: float = field(default_factory=time.monotonic)
 
@@ -83,6 +85,8 @@ def plan_jobs(cfg: RunConfig) -> Iterator[tuple[str, str, list[Job]]]:
         for label in cfg.labels or [scenario.labels[0]]:
             if label not in scenario.labels:
                 continue
+            if cfg.mode == "single_shot" and not isinstance(scenario, SingleShot):
+                raise ConfigError(f"scenario '{name}' has no single-shot baseline")
             query = TaskQuery(label=label, n=cfg.n, task_ids=cfg.task_ids, dataset_path=cfg.dataset_path)
             tasks = scenario.load_tasks(query)
             dirname = name if cfg.mode == "agent" else f"{name}-single_shot"
@@ -162,8 +166,14 @@ class ModelRun:
     def _start(self, job: Job) -> Live:
         ws = Workspace.create(job.task.files, test_cmd=job.task.test_cmd)
         params = self.spec.gen_params(seed=self.cfg.seed + job.sample)
-        ep = Episode(job.task, ws, params, self.cfg.agent, temperature_schedule=self.spec.temperature_schedule)
+        ep: Episode | SingleShotEpisode
+        if self.cfg.mode == "single_shot":
+            ep = SingleShotEpisode(job.task, ws, params, self.scenario(job))
+        else:
+            ep = Episode(job.task, ws, params, self.cfg.agent, temperature_schedule=self.spec.temperature_schedule)
         trace = _header(self.cfg, self.spec, self.backend, job, ep.params, ep.system_prompt, ws.sandbox, ep.demo)
+        if isinstance(ep, SingleShotEpisode):
+            trace["prompt"]["task"] = ep.user_prompt
         write_json_atomic(job.path, trace)
         return Live(job, ep, trace)
 
@@ -222,27 +232,57 @@ class ModelRun:
             for trace in self.pool.map(self._finish, [lv for lv in advanced if lv.episode.done]):
                 self.on_done(trace)
 
-    def run_single_shot(self, jobs: list[Job]) -> None:
-        for job in jobs:
-            if not isinstance(self.scenario(job), SingleShot):
-                raise ConfigError(f"scenario '{job.scenario_name}' has no single-shot baseline")
-        for i in range(0, len(jobs), self.cfg.concurrency):
-            chunk = list(self.pool.map(self._start, jobs[i : i + self.cfg.concurrency]))
-            shots: list[Any] = [self.scenario(lv.job) for lv in chunk]
-            prompts = [sc.single_shot_prompt(lv.job.task) for sc, lv in zip(shots, chunk, strict=True)]
-            params = self.spec.gen_params(seed=self.cfg.seed)
-            params = GenParams(**{**asdict(params), "max_tokens": max(params.max_tokens, 768), "stop": ()})
-            completions = self._generate(prompts, params)
-            for lv, sc, prompt, c in zip(chunk, shots, prompts, completions, strict=True):
-                lv.trace["prompt"] = {"system": "", "task": prompt[-1]["content"]}
-                sc.apply_single_shot(lv.job.task, lv.episode.ws, c.text)
-                lv.episode.steps.append({"i": 0, "turn": 0, "type": "final", "text": c.text, "raw": c.text,
-                                         "finish_reason": c.finish_reason, "latency_s": c.latency_s,
-                                         "tokens": {"prompt": c.prompt_tokens, "completion": c.completion_tokens}})
-                lv.episode.prompt_tokens, lv.episode.completion_tokens = c.prompt_tokens, c.completion_tokens
-                lv.episode.turn, lv.episode.exit_reason = 1, "submitted"
-            for trace in self.pool.map(self._finish, chunk):
-                self.on_done(trace)
+    def run_streaming(self, jobs: list[Job]) -> None:
+        """Continuous batching: an episode's next prompt goes to the backend as soon as its tool has run.
+
+        The main thread steps the engine; workers start episodes, run tools and score. Nobody waits
+        for the slowest reply of a tick, so short replies are not held up by long ones.
+        """
+        backend = self.backend
+        assert isinstance(backend, StreamingBackend)
+        queue = list(reversed(jobs))
+        waiting: dict[str, Live] = {}  # run_id -> episode whose prompt is with the backend
+        work: dict[Future[Any], str] = {}  # future -> "start" | "advance" | "finish"
+        live = 0
+
+        def fill() -> None:
+            nonlocal live
+            while queue and live < self.cfg.concurrency:
+                live += 1
+                work[self.pool.submit(self._start, queue.pop())] = "start"
+
+        def ask(lv: Live) -> None:
+            t0 = time.perf_counter()
+            waiting[lv.trace["run_id"]] = lv
+            backend.submit(lv.trace["run_id"], lv.episode.prompt(), lv.episode.gen_params())
+            self.gen_s += time.perf_counter() - t0
+
+        fill()
+        while work or backend.pending():
+            if backend.pending():
+                in_flight = backend.pending()
+                t0 = time.perf_counter()
+                finished = backend.poll()
+                self.gen_s += time.perf_counter() - t0
+                self.calls += 1
+                self.rows += in_flight
+                for key, c in finished:
+                    self.tokens += c.completion_tokens
+                    self.prompt_tokens += c.prompt_tokens
+                    work[self.pool.submit(self._advance, waiting.pop(key), c)] = "advance"
+            if not work:
+                continue
+            ready, _ = wait(list(work), timeout=0 if backend.pending() else None, return_when=FIRST_COMPLETED)
+            for f in ready:
+                kind, result = work.pop(f), f.result()
+                if kind == "finish":
+                    self.on_done(result)
+                    live -= 1
+                    fill()
+                elif kind == "advance" and result.episode.done:
+                    work[self.pool.submit(self._finish, result)] = "finish"
+                else:  # a new episode, or one whose tool has run: its next prompt
+                    ask(result)
 
 
 def _progress(cfg: RunConfig, total: int, model: str) -> Any:
@@ -265,6 +305,7 @@ def _stats(spec: ModelSpec, backend: Backend, mr: ModelRun, episodes: int, load_
         "wall_s": round(wall_s, 2), "generate_s": round(mr.gen_s, 2),
         "overhead_share": round(1 - mr.gen_s / wall_s, 4) if wall_s > 0 else None,
         "generate_calls": mr.calls, "mean_batch": round(mr.rows / mr.calls, 2) if mr.calls else 0,
+        "streaming": cfg.streaming and isinstance(backend, StreamingBackend),
         "prompt_tokens": mr.prompt_tokens, "completion_tokens": mr.tokens,
         "completion_tok_per_s": round(mr.tokens / wall_s, 2) if wall_s > 0 else None,
         "episodes_per_hour": round(episodes * 3600 / wall_s, 1) if wall_s > 0 else None,
@@ -325,7 +366,8 @@ def run(cfg: RunConfig) -> dict[str, Any]:
                                         stats=f"pass {done['passed']}/{done['n']}  {rate:.0f} tok/s")
 
                     mr = ModelRun(cfg, spec, backend, embedder, pool, on_done)
-                    (mr.run if cfg.mode == "agent" else mr.run_single_shot)(pending)
+                    streaming = cfg.streaming and isinstance(backend, StreamingBackend)
+                    (mr.run_streaming if streaming else mr.run)(pending)
                     stats = _stats(spec, backend, mr, len(pending), load_s, time.monotonic() - t0, cfg)
                 cfg.out.mkdir(parents=True, exist_ok=True)
                 with (cfg.out / "runs.jsonl").open("a", encoding="utf-8") as f:

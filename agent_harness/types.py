@@ -76,6 +76,27 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
+@runtime_checkable
+class StreamingBackend(Backend, Protocol):
+    """A Backend that also takes requests one at a time and hands back completions as they finish.
+
+    The runner uses it for continuous batching across episodes: an episode's next prompt joins the
+    running batch as soon as its tool has run, instead of waiting for a whole tick to finish.
+    """
+
+    def submit(self, key: str, conversation: Conversation, params: GenParams) -> None:
+        """Queue one conversation; its completion comes back from `poll` under `key`."""
+        ...
+
+    def poll(self) -> list[tuple[str, Completion]]:
+        """Advance generation (one engine step) and return the completions that finished."""
+        ...
+
+    def pending(self) -> int:
+        """Requests submitted and not yet returned by `poll`."""
+        ...
+
+
 @dataclass(frozen=True)
 class ToolParam:
     """One argument of a tool: its name, JSON type and a short description."""

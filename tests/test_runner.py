@@ -127,6 +127,23 @@ def test_batched_equals_sequential(tmp_path: Path) -> None:
     assert outs["1"] == outs["7"]
 
 
+def test_streaming_equals_ticks(tmp_path: Path) -> None:
+    """The continuous-batching path (scripted backend streams) writes the same traces as the tick loop."""
+    script = tmp_path / "s.jsonl"
+    _write_script(script)
+    reg = _registry(tmp_path, script)
+    outs = {}
+    for flags in ([], ["--no-streaming"]):
+        out = tmp_path / ("ticks" if flags else "stream")
+        r = cli("--registry", str(reg), "--models", "replay,oracle", "--n", "5", "--concurrency", "3",
+                "--out", str(out), "--no-embed", *flags)
+        assert r.returncode == 0, r.stderr
+        outs[bool(flags)] = {k: strip(v) for k, v in traces(out).items()}
+        stats = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines()]
+        assert [s["streaming"] for s in stats] == [not flags, not flags]
+    assert len(outs[True]) == 10 and outs[True] == outs[False]
+
+
 def test_max_steps_exit_reason(tmp_path: Path) -> None:
     script = tmp_path / "s.jsonl"
     script.write_text(json.dumps('THOUGHT: x\nTOOL_CALL: {"tool": "list_dir", "args": {}}') + "\n" +
@@ -199,3 +216,20 @@ def test_single_shot_baseline_oracle_and_null(tmp_path: Path) -> None:
         assert validate_trace(data) == [], name
         assert [s["type"] for s in data["steps"]] == ["final"] and data["outcome"]["completed"]
         assert data["agent"]["mode"] == "single_shot"
+
+
+def test_sigterm_stops_cleanly(tmp_path: Path) -> None:
+    """SIGTERM unwinds like Ctrl-C (backends close, so no engine process outlives the run)."""
+    out = tmp_path / "t"
+    args = [sys.executable, str(ROOT / "run_agents.py"), "--models", "oracle", "--n", "60", "--out", str(out),
+            "--no-embed", "--concurrency", "2"]
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not any(_completed(p) for p in out.rglob("run_*.json")):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "rerun with --resume" in err
+    for p in out.rglob("run_*.json"):
+        json.loads(p.read_text())

@@ -68,6 +68,7 @@ class ScriptedBackend:
         self.info = BackendInfo(requested="scripted", used="scripted", details={"script": mode})
         self._tasks: dict[str, Task] = {}
         self._single_shot: dict[str, Task] = {}
+        self._queued: list[tuple[str, Completion]] = []
         self._shared: list[str] = []
         self._per_task: dict[str, list[str]] = {}
         if script_path is not None:
@@ -134,6 +135,17 @@ class ScriptedBackend:
                 )
             )
         return out
+
+    # StreamingBackend: replies are computed at submit time, so the streaming runner path is testable
+    def submit(self, key: str, conversation: Conversation, params: GenParams) -> None:
+        self._queued.append((key, self.generate([conversation], params)[0]))
+
+    def poll(self) -> list[tuple[str, Completion]]:
+        done, self._queued = self._queued, []
+        return done
+
+    def pending(self) -> int:
+        return len(self._queued)
 
     def close(self) -> None:
         self._tasks.clear()

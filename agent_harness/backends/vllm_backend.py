@@ -47,6 +47,7 @@ import re
 import sys
 import threading
 import time
+import zlib
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendUnavailable, ConfigError, MissingExtraError
@@ -268,6 +269,8 @@ class VLLMBackend:
 
         self.spec = spec
         self.llm: Any = None
+        self._requests: dict[str, tuple[int, tuple[str, ...], float]] = {}  # key -> prompt len, stops, start
+        self._ready: list[tuple[str, Completion]] = []
         cuda = torch.cuda.is_available()
         self.device = "cuda" if cuda else "cpu"
         if spec.load_in_4bit:
@@ -411,6 +414,34 @@ class VLLMBackend:
             for i, prompt, out in zip(index, prompts, outs, strict=True):
                 results[i] = self._finish(out, len(prompt["prompt_token_ids"]), stops, latency)
         return [c for c in results if c is not None]
+
+    # -- streaming (StreamingBackend): requests join the running batch between engine steps --------
+    def submit(self, key: str, conversation: Conversation, params: GenParams) -> None:
+        if self.llm is None:
+            raise BackendUnavailable(f"vllm backend for '{self.spec.name}' is closed")
+        ids = self.encode(conversation)
+        room = self.spec.context_length - len(ids)
+        if room <= 0:
+            log.warning("prompt of %d tokens fills the context (%d); nothing generated",
+                        len(ids), self.spec.context_length)
+            self._ready.append((key, Completion("", len(ids), 0, "length", 0.0)))
+            return
+        stops = tuple(s for s in params.stop if s)
+        self._requests[key] = (len(ids), stops, time.perf_counter())
+        sampling = self._sampling(params, min(params.max_tokens, room), zlib.crc32(key.encode()))
+        self.llm.llm_engine.add_request(key, {"prompt_token_ids": ids}, sampling)
+
+    def poll(self) -> list[tuple[str, Completion]]:
+        done, self._ready = self._ready, []
+        if self._requests and self.llm is not None:
+            for out in self.llm.llm_engine.step():
+                if out.finished and out.request_id in self._requests:
+                    n_prompt, stops, t0 = self._requests.pop(out.request_id)
+                    done.append((out.request_id, self._finish(out, n_prompt, stops, time.perf_counter() - t0)))
+        return done
+
+    def pending(self) -> int:
+        return len(self._requests) + len(self._ready)
 
     @staticmethod
     def _finish(out: Any, n_prompt: int, stops: tuple[str, ...], latency: float) -> Completion:

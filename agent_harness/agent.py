@@ -12,6 +12,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .demo import demo_messages
 from .errors import FormatError, LimitsExceeded, Submitted, ToolError
 from .protocol import (
     STOP_STRINGS,
@@ -23,9 +24,7 @@ from .protocol import (
 )
 from .tools import ToolOptions, execute, tools_for
 from .types import Backend, Completion, Conversation, GenParams, Task
-from .demo import demo_messages
 from .workspace import Workspace
-
 
 FINAL_IGNORED = "(Your FINAL: was ignored: it came after a TOOL_CALL. Write FINAL: alone, after checking the result.)"
 
@@ -74,7 +73,8 @@ class Episode:
         self.demo = list(demo_messages(tuple(self.tools), self.config.format_reminder)) if self.config.demo else []
         self.messages = [{"role": "system", "content": self.system_prompt}, *self.demo,
                          {"role": "user", "content": self.task.statement}]
-        self.params = GenParams(**{**asdict(self.params), "stop": tuple(dict.fromkeys((*self.params.stop, *STOP_STRINGS)))})
+        stops = tuple(dict.fromkeys((*self.params.stop, *STOP_STRINGS)))
+        self.params = GenParams(**{**asdict(self.params), "stop": stops})
 
     @property
     def done(self) -> bool:
@@ -87,11 +87,13 @@ class Episode:
         temp = self.params.temperature
         if self.temperature_schedule:
             temp = self.temperature_schedule[min(self.turn, len(self.temperature_schedule) - 1)]
+        # Greedy decoding of a repeated context repeats forever; one sampled step can break out.
         looping = len(self._replies) >= 2 and self._replies[-1] == self._replies[-2]
-        if looping and self.config.loop_temperature is not None:  # greedy decoding of a repeated context repeats forever; a sampled step can break out
-            temp = max(temp, self.config.loop_temperature or 0.0)
-        return self.params if temp == self.params.temperature else GenParams(**{**asdict(self.params),
-                                                                                 "temperature": temp})
+        if looping and self.config.loop_temperature is not None:
+            temp = max(temp, self.config.loop_temperature)
+        if temp == self.params.temperature:
+            return self.params
+        return GenParams(**{**asdict(self.params), "temperature": temp})
 
     def _step(self, type_: str, text: str, **extra: Any) -> dict[str, Any]:
         step = {"i": len(self.steps), "turn": self.turn, "type": type_, "text": text, **extra}

@@ -110,8 +110,8 @@ def cmd_models(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from .registry import load_registry
     from .backends import resolve_backend_name
+    from .registry import load_registry
 
     reg = load_registry(args.registry)
     table = Table(title=f"models in {reg.source}")

@@ -18,7 +18,7 @@ DEMO_FILE = "last.py"
 DEMO_TEST = "test_last.py"
 BUGGY = "def last(items):\n    return items[len(items)]\n"
 FIXED = "def last(items):\n    return items[len(items) - 1]\n"
-TESTS = f"from last import last\n\nassert last([1, 2, 3]) == 3\nassert last(['a']) == 'a'\nprint('All tests passed.')\n"
+TESTS = "from last import last\n\nassert last([1, 2, 3]) == 3\nassert last(['a']) == 'a'\nprint('All tests passed.')\n"
 STATEMENT = (f"Example task: the function `last` in `{DEMO_FILE}` has a bug. The tests in `{DEMO_TEST}` show "
              f"the expected behaviour. Read `{DEMO_FILE}`, fix the bug, and run the tests.")
 

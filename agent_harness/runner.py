@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from .agent import AgentConfig, Episode
-from .baseline import SingleShotEpisode
 from .backends import load_backend
-from .registry import ModelSpec
+from .baseline import SingleShotEpisode
 from .errors import ConfigError
+from .registry import ModelSpec
 from .scenarios import Scenario, SingleShot, TaskQuery, get_scenario
 from .trace import SCHEMA_VERSION, harness_version, is_complete, trace_path, write_json_atomic
 from .types import Backend, Completion, GenParams, StreamingBackend, Task
@@ -294,6 +294,22 @@ def _progress(cfg: RunConfig, total: int, model: str) -> Any:
     return progress
 
 
+class _Ticker:
+    """Advances the progress bar as episodes finish: passed so far and output tokens per second."""
+
+    def __init__(self, progress: Any) -> None:
+        self.progress, self.run = progress, None
+        self.n = self.passed = 0
+        self.t0 = time.monotonic()
+
+    def __call__(self, trace: dict[str, Any]) -> None:
+        self.n += 1
+        self.passed += bool(trace["outcome"]["passed"])
+        rate = (self.run.tokens if self.run else 0) / max(time.monotonic() - self.t0, 1e-9)
+        self.progress.update(self.progress.task_ids[0], advance=1,
+                             stats=f"pass {self.passed}/{self.n}  {rate:.0f} tok/s")
+
+
 def _stats(spec: ModelSpec, backend: Backend, mr: ModelRun, episodes: int, load_s: float,
            wall_s: float, cfg: RunConfig) -> dict[str, Any]:
     """One line of `<out>/runs.jsonl`: where the time went for one model in one invocation."""
@@ -355,20 +371,12 @@ def run(cfg: RunConfig) -> dict[str, Any]:
                 backend.bind_tasks([j.task for j in all_jobs], shots)
             try:
                 with _progress(cfg, len(pending), spec.name) as progress:
-                    done = {"n": 0, "passed": 0}
-                    t0 = time.monotonic()
-
-                    def on_done(trace: dict[str, Any]) -> None:
-                        done["n"] += 1
-                        done["passed"] += bool(trace["outcome"]["passed"])
-                        rate = mr.tokens / max(time.monotonic() - t0, 1e-9)
-                        progress.update(progress.task_ids[0], advance=1,
-                                        stats=f"pass {done['passed']}/{done['n']}  {rate:.0f} tok/s")
-
-                    mr = ModelRun(cfg, spec, backend, embedder, pool, on_done)
+                    ticker = _Ticker(progress)
+                    mr = ModelRun(cfg, spec, backend, embedder, pool, ticker)
+                    ticker.run = mr
                     streaming = cfg.streaming and isinstance(backend, StreamingBackend)
                     (mr.run_streaming if streaming else mr.run)(pending)
-                    stats = _stats(spec, backend, mr, len(pending), load_s, time.monotonic() - t0, cfg)
+                    stats = _stats(spec, backend, mr, len(pending), load_s, time.monotonic() - ticker.t0, cfg)
                 cfg.out.mkdir(parents=True, exist_ok=True)
                 with (cfg.out / "runs.jsonl").open("a", encoding="utf-8") as f:
                     f.write(json.dumps(stats) + "\n")

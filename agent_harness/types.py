@@ -7,7 +7,6 @@ heavy dependencies.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
 
 

@@ -18,9 +18,10 @@ where the user has not set it already:
 
 ``enforce_eager`` (no graph compile) is the default on CPU: on the 2-core AVX2 EPYC the load took
 43-66 s against 113 s with a warm compile cache and 197 s cold, for only 3-9 % lower decode
-throughput. ``AGENT_HARNESS_VLLM_EAGER=0`` compiles, ``=1`` forces eager on CUDA too. ``AGENT_HARNESS_VLLM_DTYPE`` forces the compute dtype; otherwise the
-spec's dtype is used unless the CPU has no native kernels for it (bf16 without AVX-512 BF16/AMX
-is emulated: on an AVX2 EPYC vLLM ran 3 tok/s at batch 16 in bf16, 28 in fp32), then fp32.
+throughput. ``AGENT_HARNESS_VLLM_EAGER=0`` compiles, ``=1`` forces eager on CUDA too.
+``AGENT_HARNESS_VLLM_DTYPE`` forces the compute dtype; otherwise the spec's dtype is used unless
+the CPU has no native kernels for it (bf16 without AVX-512 BF16/AMX is emulated: on an AVX2 EPYC
+vLLM ran 3 tok/s at batch 16 in bf16, 28 in fp32), then fp32.
 
 vLLM on CPU starts its engine with the ``spawn`` method, so the program's main module must be
 guarded by ``if __name__ == "__main__":`` (run_agents.py, the CLI and pytest are).

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendUnavailable, ConfigError, MissingExtraError
 from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams
+from .local import compute_dtype, cpu_ids, encode, load_tokenizer, require_torch
 
 if TYPE_CHECKING:
     import torch
@@ -51,14 +52,6 @@ def _env_int(name: str, default: int) -> int:
     return value
 
 
-def cpu_count() -> int:
-    """Cores this process may run on (the affinity mask, not the machine's total)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
 @dataclass
 class _Row:
     """One conversation on its way through `generate`."""
@@ -72,14 +65,7 @@ class HFBackend:
     """A causal LM loaded with transformers; `generate` batches the whole list it is given."""
 
     def __init__(self, spec: ModelSpec) -> None:
-        try:
-            import torch
-            import transformers
-        except ImportError as e:
-            raise MissingExtraError(
-                f"the transformers backend needs torch and transformers ({e.name} missing): "
-                "pip install 'agent-harness[hf]'"
-            ) from None
+        torch, transformers = require_torch("transformers")
         from ..weights import folder_dtype, model_source
 
         self.spec = spec
@@ -94,19 +80,15 @@ class HFBackend:
             # MKL picks a slow generic sgemm path on some AVX2-only CPUs (AMD EPYC here); pinning
             # its AVX2 branch made batched decode 1.3-1.6x faster. Read at MKL's first call.
             os.environ.setdefault("MKL_CBWR", "AVX2")
-        self.threads = cpu_count()
+        self.threads = len(cpu_ids())
         torch.set_num_threads(self.threads)
         weights_dtype = folder_dtype(spec.dtype)
-        self.torch_dtype = self._compute_dtype(torch, weights_dtype, cuda)
+        self.torch_dtype = getattr(torch, compute_dtype(torch, weights_dtype, cuda, "AGENT_HARNESS_HF_DTYPE"))
         dtype_name = str(self.torch_dtype).removeprefix("torch.")
         t0 = time.perf_counter()
         source = model_source(spec, weights_dtype)
-        self.tokenizer = transformers.AutoTokenizer.from_pretrained(source)
+        self.tokenizer = load_tokenizer(transformers, spec, source)
         self.tokenizer.padding_side = "left"
-        if spec.chat_template:
-            self.tokenizer.chat_template = spec.chat_template
-        if not self.tokenizer.chat_template:
-            raise ConfigError(f"model '{spec.name}' has no chat template; set 'chat_template' in models.yaml")
         kwargs: dict[str, Any] = {"dtype": self.torch_dtype}
         if spec.load_in_4bit:
             kwargs["quantization_config"] = self._bnb_config(transformers, self.torch_dtype)
@@ -150,31 +132,6 @@ class HFBackend:
         log.info("transformers: %s loaded from %s on %s (%s) in %.1f s",
                  spec.name, source, self.device, dtype_name, self.load_s)
 
-    @staticmethod
-    def _compute_dtype(torch: Any, name: str, cuda: bool) -> torch.dtype:
-        """The dtype to run in: the spec's, unless the hardware has no fast kernels for it.
-
-        On a CPU without AVX-512 BF16 / AMX, bf16 matmuls are emulated and do not speed up with
-        batch size (measured on an AVX2 EPYC: 10.7 tok/s at batch 16 in bf16, 36.8 in fp32), so
-        half precision runs in fp32 there (the bf16 weights upcast exactly).
-        AGENT_HARNESS_HF_DTYPE forces a dtype.
-        """
-        forced = os.environ.get("AGENT_HARNESS_HF_DTYPE")
-        if forced:
-            if forced not in ("bfloat16", "float16", "float32"):
-                raise ConfigError(f"AGENT_HARNESS_HF_DTYPE={forced!r}: expected bfloat16, float16 or float32")
-            return getattr(torch, forced)
-        if cuda:
-            bf16_ok = torch.cuda.is_bf16_supported()
-            return torch.float16 if name == "bfloat16" and not bf16_ok else getattr(torch, name)
-        native = {
-            "bfloat16": getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)()
-            or getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)(),
-            "float16": getattr(torch.cpu, "_is_amx_fp16_supported", lambda: False)(),
-            "float32": True,
-        }
-        return getattr(torch, name) if native[name] else torch.float32
-
     def _quantize(self, torch: Any, spec: ModelSpec) -> str:
         """Apply the spec's CPU quantization; returns what actually runs (recorded in traces)."""
         if spec.quantization == "none":
@@ -194,12 +151,12 @@ class HFBackend:
         return spec.quantization
 
     @staticmethod
-    def _bnb_config(transformers: Any, compute_dtype: Any) -> Any:
+    def _bnb_config(transformers: Any, dtype: Any) -> Any:
         import importlib.util
 
         if importlib.util.find_spec("bitsandbytes") is None:
             raise MissingExtraError("load_in_4bit needs bitsandbytes: pip install bitsandbytes")
-        return transformers.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=compute_dtype)
+        return transformers.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=dtype)
 
     def _eos_ids(self) -> set[int]:
         ids: set[int] = set()
@@ -220,9 +177,7 @@ class HFBackend:
 
     # -- generation --------------------------------------------------------------------------
     def encode(self, conv: Conversation) -> list[int]:
-        """Token ids of the rendered prompt (chat template + generation prompt, no padding)."""
-        text = self.tokenizer.apply_chat_template(conv, add_generation_prompt=True, tokenize=False)
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return encode(self.tokenizer, conv)
 
     def _sub_batches(self, rows: list[_Row]) -> list[list[_Row]]:
         """Longest first, so each sub-batch is padded to its first row's length."""

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendUnavailable, ConfigError, MissingExtraError
 from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams
+from .local import compute_dtype, cpu_ids, encode, load_tokenizer, require_torch
 
 if TYPE_CHECKING:
     from ..registry import ModelSpec
@@ -65,13 +66,6 @@ _TRUE = ("1", "true", "yes", "on")
 
 def _env_flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in _TRUE
-
-
-def _affinity() -> list[int]:
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return list(range(os.cpu_count() or 1))
 
 
 def cpu_id_list(cpus: list[int]) -> str:
@@ -97,7 +91,7 @@ def cpu_env() -> dict[str, str]:
     root = cache_root() / "vllm"
     return {
         "VLLM_CPU_KVCACHE_SPACE": str(DEFAULT_KV_CACHE_GIB),
-        "VLLM_CPU_OMP_THREADS_BIND": cpu_id_list(_affinity()),
+        "VLLM_CPU_OMP_THREADS_BIND": cpu_id_list(cpu_ids()),
         "VLLM_CACHE_ROOT": str(root),
         "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
         "VLLM_USE_AOT_COMPILE": "0",
@@ -258,14 +252,7 @@ class VLLMBackend:
     """`vllm.LLM` over the spec's local folder; `generate` sends the whole list in one call."""
 
     def __init__(self, spec: ModelSpec) -> None:
-        try:
-            import torch
-            import transformers
-        except ImportError as e:
-            raise MissingExtraError(
-                f"the vllm backend needs torch and transformers ({e.name} missing): "
-                "pip install 'agent-harness[hf]'"
-            ) from None
+        torch, transformers = require_torch("vllm")
         from ..weights import folder_dtype, model_source
 
         self.spec = spec
@@ -283,16 +270,12 @@ class VLLMBackend:
         if not cuda:
             apply_cpu_env()
         weights_dtype = folder_dtype(spec.dtype)
-        self.dtype = self._compute_dtype(torch, weights_dtype, cuda)
+        self.dtype = compute_dtype(torch, weights_dtype, cuda, "AGENT_HARNESS_VLLM_DTYPE")
         eager = os.environ.get("AGENT_HARNESS_VLLM_EAGER", "").strip().lower()
         self.eager = eager in _TRUE if eager else not cuda
         t0 = time.perf_counter()
         source = model_source(spec, weights_dtype)
-        self.tokenizer = transformers.AutoTokenizer.from_pretrained(source)
-        if spec.chat_template:
-            self.tokenizer.chat_template = spec.chat_template
-        if not self.tokenizer.chat_template:
-            raise ConfigError(f"model '{spec.name}' has no chat template; set 'chat_template' in models.yaml")
+        self.tokenizer = load_tokenizer(transformers, spec, source)
         try:
             import vllm
         except ImportError as e:
@@ -349,31 +332,9 @@ class VLLMBackend:
         log.info("vllm: %s loaded from %s on %s (%s%s) in %.1f s", spec.name, source, self.device,
                  self.dtype, ", eager" if self.eager else "", self.load_s)
 
-    @staticmethod
-    def _compute_dtype(torch: Any, name: str, cuda: bool) -> str:
-        """The spec's dtype, unless the hardware has no fast kernels for it (see the module doc)."""
-        forced = os.environ.get("AGENT_HARNESS_VLLM_DTYPE")
-        if forced:
-            if forced not in ("bfloat16", "float16", "float32"):
-                raise ConfigError(
-                    f"AGENT_HARNESS_VLLM_DTYPE={forced!r}: expected bfloat16, float16 or float32"
-                )
-            return forced
-        if cuda:
-            return "float16" if name == "bfloat16" and not torch.cuda.is_bf16_supported() else name
-        native = {
-            "bfloat16": getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)()
-            or getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)(),
-            "float16": getattr(torch.cpu, "_is_amx_fp16_supported", lambda: False)(),
-            "float32": True,
-        }
-        return name if native[name] else "float32"
-
     # -- generation --------------------------------------------------------------------------
     def encode(self, conv: Conversation) -> list[int]:
-        """Token ids of the rendered prompt (chat template + generation prompt)."""
-        text = self.tokenizer.apply_chat_template(conv, add_generation_prompt=True, tokenize=False)
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return encode(self.tokenizer, conv)
 
     def _sampling(self, params: GenParams, max_new: int, index: int) -> Any:
         from vllm import SamplingParams

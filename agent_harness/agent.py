@@ -40,7 +40,8 @@ class AgentConfig:
 
     max_steps: int = 12  # model turns
     max_total_tokens: int | None = 60_000  # prompt + completion over the episode
-    max_wall_s: float | None = 900.0
+    # Off by default: in a batched run an episode's wall time is mostly waiting for other episodes.
+    max_wall_s: float | None = None
     repeat_detection: bool = True
     format_reminder: bool = True  # the reply format restated after every observation
     loop_temperature: float | None = 0.7  # sample at this temperature after a reply identical to the last

@@ -27,6 +27,8 @@ def run_parser(prog: str = "agent-harness run") -> argparse.ArgumentParser:
     p.add_argument("--label", default=None, help="comma-separated labels (default: gold)")
     p.add_argument("--max-steps", type=int, default=12, help="model turns per episode")
     p.add_argument("--max-total-tokens", type=int, default=60_000, help="token budget per episode (0: none)")
+    p.add_argument("--max-wall-s", type=float, default=None,
+                   help="wall-time budget per episode in seconds (default: none; it counts time spent batched)")
     p.add_argument("--samples", type=int, default=1, help="episodes per task (for pass@k)")
     p.add_argument("--out", type=Path, default=Path("traces"), help="traces folder")
     p.add_argument("--resume", action="store_true", help="skip episodes whose trace is complete")
@@ -92,7 +94,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         backend=args.backend, streaming=not args.no_streaming,
         progress=not args.no_progress and sys.stderr.isatty(),
         agent=AgentConfig(
-            max_steps=args.max_steps, max_total_tokens=args.max_total_tokens or None,
+            max_steps=args.max_steps, max_total_tokens=args.max_total_tokens or None, max_wall_s=args.max_wall_s,
             repeat_detection=not args.no_repeat_detection, format_reminder=not args.no_format_reminder,
             loop_temperature=None if args.no_loop_break else 0.7, demo=not args.no_demo,
             tool_options=ToolOptions(syntax_check=not args.no_syntax_check,

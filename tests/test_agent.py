@@ -170,3 +170,9 @@ def test_identical_replies_switch_to_sampling_for_one_step(tmp_path: Path) -> No
         finally:
             ws.cleanup()
     assert temps == {0.7: [0.0, 0.0, 0.7, 0.0], None: [0.0, 0.0, 0.0, 0.0]}
+
+
+@pytest.mark.parametrize("config", [{"max_total_tokens": 50}, {"max_wall_s": 1e-9}])
+def test_budgets_end_the_episode(episode: Callable[..., Episode], config: dict[str, float]) -> None:
+    ep = episode([call("list_dir"), call("git_diff"), "THOUGHT: done\nFINAL: ok"], **config)
+    assert ep.exit_reason == "budget" and ep.turn == 1 and ep.final is None

@@ -148,7 +148,7 @@ def test_stop_string_never_matches_the_prompt(vllm_backend: VLLMBackend) -> None
 @pytest.mark.vllm
 def test_context_overflow_row_does_not_break_the_batch(vllm_backend: VLLMBackend,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    # A 256-token context for this test (the engine allows 4096): short prompts, a fast prefill.
+    # A 256-token context for this test (the engine allows the spec's): short prompts, a fast prefill.
     limit = 256
     monkeypatch.setattr(vllm_backend, "spec", vllm_backend.spec.model_copy(update={"context_length": limit}))
     huge = [{"role": "user", "content": "word " * (limit + 100)}]

@@ -24,7 +24,8 @@ def run_parser(prog: str = "agent-harness run") -> argparse.ArgumentParser:
     p.add_argument("--tasks", default=None, help="comma-separated task ids (e.g. Python/0,Python/5)")
     p.add_argument("--scenario", default="humanevalfix", help="comma-separated scenario names")
     p.add_argument("--all-scenarios", action="store_true", help="run every registered scenario")
-    p.add_argument("--label", default=None, help="comma-separated labels (default: gold)")
+    p.add_argument("--label", default=None,
+                   help="comma-separated labels, or 'all' for every label of each scenario (default: gold)")
     p.add_argument("--max-steps", type=int, default=12, help="model turns per episode")
     p.add_argument("--max-total-tokens", type=int, default=60_000, help="token budget per episode (0: none)")
     p.add_argument("--max-wall-s", type=float, default=None,

@@ -80,9 +80,15 @@ def _task_index(task: Task, position: int) -> int:
 
 def plan_jobs(cfg: RunConfig) -> Iterator[tuple[str, str, list[Job]]]:
     """Yield (scenario, label, jobs) for every scenario × label, jobs in a stable order."""
-    for name in cfg.scenarios:
-        scenario = get_scenario(name)
-        for label in cfg.labels or [scenario.labels[0]]:
+    scenarios = {name: get_scenario(name) for name in cfg.scenarios}
+    known = {label for sc in scenarios.values() for label in sc.labels}
+    unknown = [label for label in cfg.labels or [] if label != "all" and label not in known]
+    if unknown:
+        raise ConfigError(f"unknown label '{unknown[0]}' for scenario(s) {', '.join(scenarios)}; "
+                          f"valid: {', '.join(sorted(known))}, all")
+    for name, scenario in scenarios.items():
+        wanted = scenario.labels if cfg.labels and "all" in cfg.labels else cfg.labels or [scenario.labels[0]]
+        for label in wanted:
             if label not in scenario.labels:
                 continue
             if cfg.mode == "single_shot" and not isinstance(scenario, SingleShot):

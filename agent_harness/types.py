@@ -165,5 +165,5 @@ class ScoreResult:
 
     passed: bool
     output: str = ""
-    compromised: bool = False
+    compromised: bool | None = None  # None: the scenario does not check for compromise
     details: dict[str, Any] = field(default_factory=dict)

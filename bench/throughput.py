@@ -6,10 +6,12 @@
 Every configuration runs `run_agents.py` in its own process on the same model, tasks and greedy
 settings, with embeddings on (they are part of the harness overhead):
 
-- sequential: transformers, one episode at a time, transformers' `generate` recomputing the whole
-  conversation every step (KV reuse off) — the loop most small harnesses use;
-- batched:    transformers, `--concurrency` episodes per batch, KV caches reused across steps;
-- vllm:       vLLM (continuous batching, prefix caching), `--concurrency` episodes per batch.
+- sequential:   transformers, one episode at a time, transformers' `generate` recomputing the whole
+                conversation every step (KV reuse off) — the loop most small harnesses use;
+- batched:      transformers, `--concurrency` episodes per batch, KV caches reused across steps;
+- batched-int8: the same with int8 dynamic quantization (the `-int8` registry entry);
+- vllm-ticks:   vLLM (prefix caching), one batch per tick: every episode waits for the tick's longest reply;
+- vllm:         vLLM with continuous batching: each episode's next prompt joins as soon as its tool ran.
 
 Numbers come from each run's `runs.jsonl` (wall time, time inside `generate`, tokens, load time)
 and `summary.json`; pass/fail agreement is per task against the first configuration. Appends a
@@ -35,6 +37,8 @@ RESULTS = ROOT / "bench" / "RESULTS.md"
 CONFIGS: dict[str, dict[str, Any]] = {
     "sequential": {"backend": "transformers", "concurrency": 1, "env": {"AGENT_HARNESS_HF_KV_REUSE": "0"}},
     "batched": {"backend": "transformers", "concurrency": None, "env": {}},
+    "batched-int8": {"backend": "transformers", "concurrency": None, "env": {}, "model_suffix": "-int8"},
+    "vllm-ticks": {"backend": "vllm", "concurrency": None, "env": {}, "flags": ["--no-streaming"]},
     "vllm": {"backend": "vllm", "concurrency": None, "env": {}},
 }
 
@@ -65,8 +69,10 @@ def _git() -> str:
 def run_config(name: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     cfg = CONFIGS[name]
     conc = cfg["concurrency"] or args.concurrency
-    cmd = [sys.executable, str(ROOT / "run_agents.py"), "--models", args.model, "--backend", cfg["backend"],
-           "--concurrency", str(conc), "--max-steps", str(args.max_steps), "--out", str(out), "--no-progress"]
+    model = args.model + cfg.get("model_suffix", "")
+    cmd = [sys.executable, str(ROOT / "run_agents.py"), "--models", model, "--backend", cfg["backend"],
+           "--concurrency", str(conc), "--max-steps", str(args.max_steps), "--out", str(out), "--no-progress",
+           *cfg.get("flags", [])]
     cmd += ["--tasks", args.tasks] if args.tasks else ["--n", str(args.n)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", **cfg["env"]}
     print(f"[{name}] {' '.join(cmd[1:])}", flush=True)
@@ -79,7 +85,7 @@ def run_config(name: str, args: argparse.Namespace, out: Path) -> dict[str, Any]
     for p in out.rglob("run_*.json"):
         t = json.loads(p.read_text())
         passed[t["task_id"]] = bool(t["outcome"]["passed"])
-    entry = summary[args.model]["humanevalfix"]
+    entry = summary[model]["humanevalfix"]
     return {"config": name, "stats": stats, "pass@1": entry["pass@1"], "passed": passed,
             "mean_steps": entry["mean_steps"], "exit_reasons": entry["exit_reasons"]}
 
@@ -89,7 +95,7 @@ def main() -> int:
     ap.add_argument("--model", default="qwen2.5-coder-0.5b")
     ap.add_argument("--n", type=int, default=20)
     ap.add_argument("--tasks", default=None, help="comma-separated task ids instead of --n")
-    ap.add_argument("--configs", default="sequential,batched,vllm")
+    ap.add_argument("--configs", default="sequential,batched,vllm-ticks,vllm", help=f"from {', '.join(CONFIGS)}")
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--max-steps", type=int, default=8)
     ap.add_argument("--keep", type=Path, default=None, help="keep the traces under this folder")
@@ -99,12 +105,12 @@ def main() -> int:
     unknown = [c for c in names if c not in CONFIGS]
     if unknown:
         raise SystemExit(f"unknown config(s) {unknown}; valid: {', '.join(CONFIGS)}")
-    if "vllm" in names:
-        import importlib.util
+    import importlib.util
 
-        if importlib.util.find_spec("vllm") is None:
-            print("[vllm] skipped: vllm is not installed", flush=True)
-            names.remove("vllm")
+    if importlib.util.find_spec("vllm") is None:
+        for name in [n for n in names if CONFIGS[n]["backend"] == "vllm"]:
+            print(f"[{name}] skipped: vllm is not installed", flush=True)
+            names.remove(name)
     base = args.keep or Path(tempfile.mkdtemp(prefix="bench-throughput-"))
     results = [run_config(name, args, base / name) for name in names]
 

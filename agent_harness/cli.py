@@ -38,6 +38,8 @@ def run_parser(prog: str = "agent-harness run") -> argparse.ArgumentParser:
     p.add_argument("--mode", choices=["agent", "single-shot"], default="agent",
                    help="single-shot: no tools, one completion (baseline)")
     p.add_argument("--dataset-path", type=Path, default=None, help="HumanEvalFix rows (jsonl or parquet)")
+    p.add_argument("--dataset-hub", action="store_true",
+                   help="HumanEvalFix from the Hub: datasets.load_dataset('bigcode/humanevalpack', 'python')")
     p.add_argument("--no-embed", action="store_true", help="skip step embeddings")
     p.add_argument("--no-syntax-check", action="store_true", help="helper off: syntax check of written .py")
     p.add_argument("--no-failure-extract", action="store_true", help="helper off: failing line from test output")
@@ -84,6 +86,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     _positive("max-total-tokens", args.max_total_tokens, allow_zero=True)
     if args.dataset_path is not None and not args.dataset_path.is_file():
         raise ConfigError(f"--dataset-path {args.dataset_path}: file not found")
+    if args.dataset_path is not None and args.dataset_hub:
+        raise ConfigError("--dataset-path and --dataset-hub exclude each other")
     scenarios = scenario_names() if args.all_scenarios else [s.strip() for s in args.scenario.split(",") if s.strip()]
     for s in scenarios:
         get_scenario(s)
@@ -91,7 +95,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         models=specs, scenarios=scenarios, labels=args.label.split(",") if args.label else None, n=args.n,
         task_ids=tuple(t.strip() for t in args.tasks.split(",")) if args.tasks else (), samples=args.samples,
         out=args.out, resume=args.resume, concurrency=args.concurrency, seed=args.seed, embed=not args.no_embed,
-        mode=args.mode.replace("-", "_"), dataset_path=args.dataset_path, workers=args.workers,
+        mode=args.mode.replace("-", "_"), dataset_path=args.dataset_path, dataset_hub=args.dataset_hub,
+        workers=args.workers,
         backend=args.backend, streaming=not args.no_streaming,
         progress=not args.no_progress and sys.stderr.isatty(),
         agent=AgentConfig(

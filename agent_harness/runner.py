@@ -47,6 +47,7 @@ class RunConfig:
     embed: bool = True
     mode: str = "agent"  # or "single_shot"
     dataset_path: Path | None = None
+    dataset_hub: bool = False  # HumanEvalFix from the Hugging Face Hub instead of the vendored copy
     agent: AgentConfig = field(default_factory=AgentConfig)
     workers: int = 4  # threads running tools, tests and workspace set-up
     progress: bool = True
@@ -93,7 +94,8 @@ def plan_jobs(cfg: RunConfig) -> Iterator[tuple[str, str, list[Job]]]:
                 continue
             if cfg.mode == "single_shot" and not isinstance(scenario, SingleShot):
                 raise ConfigError(f"scenario '{name}' has no single-shot baseline")
-            query = TaskQuery(label=label, n=cfg.n, task_ids=cfg.task_ids, dataset_path=cfg.dataset_path)
+            query = TaskQuery(label=label, n=cfg.n, task_ids=cfg.task_ids, dataset_path=cfg.dataset_path,
+                              options={"hub": True} if cfg.dataset_hub else {})
             tasks = scenario.load_tasks(query)
             dirname = name if cfg.mode == "agent" else f"{name}-single_shot"
             yield name, label, [

@@ -199,6 +199,7 @@ def test_kill_and_resume(tmp_path: Path) -> None:
     (["--dataset-path", "/nonexistent.jsonl"], "file not found"),
     (["--tasks", "Python/999"], "Python/999"),
     (["--label", "nope"], "unknown label 'nope'"),
+    (["--dataset-hub"], "bigcode/humanevalpack"),  # datasets missing or the hub unreachable: one line
 ])
 def test_bad_flags_one_line(flags: list[str], msg: str, tmp_path: Path) -> None:
     r = cli("--models", "oracle", "--out", str(tmp_path / "t"), "--no-embed", *flags)

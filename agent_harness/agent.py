@@ -16,6 +16,7 @@ from .demo import demo_messages
 from .errors import FormatError, LimitsExceeded, Submitted, ToolError
 from .protocol import (
     STOP_STRINGS,
+    ParsedReply,
     format_error,
     format_observation,
     next_step,
@@ -27,6 +28,8 @@ from .types import Backend, Completion, Conversation, GenParams, Task
 from .workspace import Workspace
 
 FINAL_IGNORED = "(Your FINAL: was ignored: it came after a TOOL_CALL. Write FINAL: alone, after checking the result.)"
+FINAL_REFUSED = "Your FINAL was not accepted: the tests fail (output below). Fix the code, run_tests, then FINAL."
+NOTHING_CHANGED = "You have not changed any file yet."
 
 
 def _example_file(task: Task) -> str | None:
@@ -46,6 +49,7 @@ class AgentConfig:
     format_reminder: bool = True  # the reply format restated after every observation
     loop_temperature: float | None = 0.7  # sample at this temperature after a reply identical to the last
     demo: bool = True  # a worked example episode as earlier chat turns (demo.py) instead of prompt examples
+    submit_checks: int = 1  # FINALs refused, with the failing test output, while the visible tests fail
     tool_options: ToolOptions = field(default_factory=ToolOptions)
 
 
@@ -66,6 +70,7 @@ class Episode:
     started: float = field(default_factory=time.monotonic)
     _last_call: str | None = None
     _replies: list[str] = field(default_factory=list)
+    _refused: int = 0
 
     def __post_init__(self) -> None:
         self.tools = {t.name: t for t in tools_for(self.ws)}
@@ -127,21 +132,16 @@ class Episode:
                     meta = {}
                 if reply.final is not None:
                     self._step("final", reply.final, repairs=reply.repairs, **meta)
-                    raise Submitted(reply.final)
-                call_id = f"call_{self.turn}"
-                self._step("tool_call", json.dumps({"tool": reply.tool, "args": reply.args}),
-                           tool=reply.tool, args=reply.args, call_id=call_id, repairs=reply.repairs, **meta)
-                t0 = time.monotonic()
-                obs = self._run_tool(reply.tool or "", reply.args or {})
-                if "final_after_call" in reply.repairs:
-                    obs += f"\n\n{FINAL_IGNORED}"
-                self._step("tool_result", obs, tool=reply.tool, call_id=call_id, latency_s=time.monotonic() - t0)
-                reminder = next_step(reply.tool, obs) if self.config.format_reminder else None
-                self.messages.append({"role": "user", "content": format_observation(obs, reminder)})
+                    self._review_final(reply.final)
+                else:
+                    self._call(reply, meta)
         except Submitted as s:
             self.final, self.exit_reason = str(s), "submitted"
         except LimitsExceeded as e:
             self.exit_reason = e.reason
+        return self._end_turn(first)
+
+    def _end_turn(self, first: int) -> list[dict[str, Any]]:
         self.turn += 1  # every model reply is a turn, the submitting one included
         if not self.done:
             try:
@@ -149,6 +149,32 @@ class Episode:
             except LimitsExceeded as e:
                 self.exit_reason = e.reason
         return self.steps[first:]
+
+    def _call(self, reply: ParsedReply, meta: dict[str, Any]) -> None:
+        call_id = f"call_{self.turn}"
+        self._step("tool_call", json.dumps({"tool": reply.tool, "args": reply.args}),
+                   tool=reply.tool, args=reply.args, call_id=call_id, repairs=reply.repairs, **meta)
+        t0 = time.monotonic()
+        obs = self._run_tool(reply.tool or "", reply.args or {})
+        if "final_after_call" in reply.repairs:
+            obs += f"\n\n{FINAL_IGNORED}"
+        self._step("tool_result", obs, tool=reply.tool, call_id=call_id, latency_s=time.monotonic() - t0)
+        reminder = next_step(reply.tool, obs) if self.config.format_reminder else None
+        self.messages.append({"role": "user", "content": format_observation(obs, reminder)})
+
+    def _review_final(self, final: str) -> None:
+        """Accept the FINAL, or refuse it (up to `submit_checks` times) while the visible tests fail:
+        small models often submit without running the tests, or without changing anything."""
+        if self._refused >= self.config.submit_checks or "run_tests" not in self.tools:
+            raise Submitted(final)
+        obs = execute(self.ws, "run_tests", {}, self.config.tool_options)
+        if obs.startswith("Tests PASSED"):
+            raise Submitted(final)
+        self._refused += 1
+        note = f"{FINAL_REFUSED} {NOTHING_CHANGED if not self.ws.changed_files() else ''}".rstrip()
+        self._step("submit_check", obs, tool="run_tests")
+        reminder = next_step("run_tests", obs) if self.config.format_reminder else None
+        self.messages.append({"role": "user", "content": format_observation(f"{note}\n\n{obs}", reminder)})
 
     def _run_tool(self, tool: str, args: dict[str, Any]) -> str:
         key = json.dumps([tool, args], sort_keys=True)

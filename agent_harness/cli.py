@@ -49,6 +49,8 @@ def run_parser(prog: str = "agent-harness run") -> argparse.ArgumentParser:
                    help="helper off: the worked example episode before the task (prompt examples instead)")
     p.add_argument("--no-loop-break", action="store_true",
                    help="helper off: sample (temperature 0.7) after a reply identical to the previous one")
+    p.add_argument("--no-submit-check", action="store_true",
+                   help="helper off: refuse the first FINAL while the visible tests fail, showing their output")
     p.add_argument("--backend", choices=["transformers", "vllm", "openai", "scripted"], default=None,
                    help="force this backend for every model (default: each model's own, with fallback)")
     p.add_argument("--no-streaming", action="store_true",
@@ -103,6 +105,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             max_steps=args.max_steps, max_total_tokens=args.max_total_tokens or None, max_wall_s=args.max_wall_s,
             repeat_detection=not args.no_repeat_detection, format_reminder=not args.no_format_reminder,
             loop_temperature=None if args.no_loop_break else 0.7, demo=not args.no_demo,
+            submit_checks=0 if args.no_submit_check else 1,
             tool_options=ToolOptions(syntax_check=not args.no_syntax_check,
                                      extract_failure=not args.no_failure_extract),
         ),

@@ -128,7 +128,7 @@ def _header(cfg: RunConfig, spec: ModelSpec, backend: Backend, job: Job, ep_para
                   "max_wall_s": cfg.agent.max_wall_s, "tool_options": asdict(cfg.agent.tool_options),
                   "repeat_detection": cfg.agent.repeat_detection, "format_reminder": cfg.agent.format_reminder,
                   "loop_temperature": cfg.agent.loop_temperature, "demo": cfg.agent.demo,
-                  "concurrency": cfg.concurrency},
+                  "submit_checks": cfg.agent.submit_checks, "concurrency": cfg.concurrency},
         "prompt": {"system": system, "task": job.task.statement, "demo": demo or []},
         "steps": [],
         "embeddings": None,

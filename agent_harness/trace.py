@@ -21,9 +21,10 @@ if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"  # 1.1: the "submit_check" step type
+READABLE_VERSIONS = ("1.0", "1.1")
 SCHEMA_PATH = Path(__file__).with_name("trace_schema.json")
-STEP_TYPES = ("thought", "tool_call", "tool_result", "final", "parse_error")
+STEP_TYPES = ("thought", "tool_call", "tool_result", "final", "parse_error", "submit_check")
 
 
 def trace_path(out: Path, model: str, scenario: str, label: str, task_index: int, sample: int = 0) -> Path:
@@ -71,7 +72,7 @@ def is_complete(path: Path) -> bool:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return bool(data.get("outcome", {}).get("completed")) and data.get("schema_version") == SCHEMA_VERSION
+    return bool(data.get("outcome", {}).get("completed")) and data.get("schema_version") in READABLE_VERSIONS
 
 
 @cache
@@ -242,7 +243,7 @@ class _Embeddings:
 def load_traces(root: str | os.PathLike[str], validate: bool = False) -> TraceFrames:
     """Load every ``run_*.json`` under `root` into DataFrames; corrupt files are skipped and listed.
 
-    A file is skipped when it does not parse, has another ``schema_version``, lacks a required
+    A file is skipped when it does not parse, has an unknown ``schema_version``, lacks a required
     field, or (with `validate`) breaks the schema. Step embeddings go to ``TraceFrames.embeddings``.
     """
     import pandas as pd
@@ -256,8 +257,8 @@ def load_traces(root: str | os.PathLike[str], validate: bool = False) -> TraceFr
             data, arrays = _parse(path.read_bytes(), cut=not validate)
             if not isinstance(data, dict):
                 raise ValueError(f"top level is {type(data).__name__}, not an object")
-            if data.get("schema_version") != SCHEMA_VERSION:
-                raise ValueError(f"schema_version {data.get('schema_version')!r} != {SCHEMA_VERSION!r}")
+            if data.get("schema_version") not in READABLE_VERSIONS:
+                raise ValueError(f"schema_version {data.get('schema_version')!r} not in {READABLE_VERSIONS}")
             if validate and (errs := validate_trace(data)):
                 raise ValueError(errs[0])
             run, step_rows = _rows(path, data)

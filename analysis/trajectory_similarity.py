@@ -35,7 +35,8 @@ from analysis._common import (
 # test output), shared by every model on a task, and would otherwise dominate the mean.
 WEIGHTINGS: dict[str, dict[str, float] | None] = {
     "uniform": None,
-    "typed": {"thought": 1.0, "tool_call": 1.0, "final": 1.0, "parse_error": 1.0, "tool_result": 0.5},
+    "typed": {"thought": 1.0, "tool_call": 1.0, "final": 1.0, "parse_error": 1.0, "tool_result": 0.5,
+              "submit_check": 0.5},
 }
 MAX_POINTS = 5000
 

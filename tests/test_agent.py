@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_harness.agent import FINAL_IGNORED, AgentConfig, Episode, run_episode
+from agent_harness.agent import FINAL_IGNORED, FINAL_REFUSED, NOTHING_CHANGED, AgentConfig, Episode, run_episode
 from agent_harness.backends.scripted import ScriptedBackend
 from agent_harness.protocol import ERROR_HEADER, NEXT_STEP, OBSERVATION_HEADER, next_step
 from agent_harness.sandbox import Limits
@@ -39,6 +39,7 @@ def episode(tmp_path: Path) -> Iterator[Callable[..., Episode]]:
         backend.bind_tasks([TASK])
         ws = Workspace.create(TASK.files, test_cmd=TASK.test_cmd, limits=LIMITS)
         made.append(ws)
+        config.setdefault("submit_checks", 0)  # the submit check has its own tests below
         return run_episode(backend, Episode(TASK, ws, GenParams(max_tokens=400), AgentConfig(**config)))
 
     yield run
@@ -161,7 +162,8 @@ def test_identical_replies_switch_to_sampling_for_one_step(tmp_path: Path) -> No
         backend.bind_tasks([TASK])
         ws = Workspace.create(TASK.files, test_cmd=TASK.test_cmd, limits=LIMITS)
         try:
-            ep = Episode(TASK, ws, GenParams(max_tokens=400), AgentConfig(loop_temperature=loop_temperature))
+            ep = Episode(TASK, ws, GenParams(max_tokens=400), AgentConfig(loop_temperature=loop_temperature,
+                                                                              submit_checks=0))
             seen = temps.setdefault(loop_temperature, [])
             while not ep.done:
                 params = ep.gen_params()
@@ -176,3 +178,32 @@ def test_identical_replies_switch_to_sampling_for_one_step(tmp_path: Path) -> No
 def test_budgets_end_the_episode(episode: Callable[..., Episode], config: dict[str, float]) -> None:
     ep = episode([call("list_dir"), call("git_diff"), "THOUGHT: done\nFINAL: ok"], **config)
     assert ep.exit_reason == "budget" and ep.turn == 1 and ep.final is None
+
+
+def test_submit_check_refuses_a_final_while_the_tests_fail(episode: Callable[..., Episode]) -> None:
+    ep = episode([
+        "THOUGHT: Looks fine.\nFINAL: nothing to do",
+        call("write_file", "Use +.", path="calc.py", content=FIXED),
+        "THOUGHT: Fixed.\nFINAL: add() now adds.",
+    ], submit_checks=1)
+    assert ep.exit_reason == "submitted" and ep.final == "add() now adds." and ep.turn == 3
+    [check] = [s for s in ep.steps if s["type"] == "submit_check"]
+    assert check["turn"] == 0 and "Tests FAILED" in check["text"]
+    first_final = {"role": "assistant", "content": "THOUGHT: Looks fine.\nFINAL: nothing to do"}
+    refusal = ep.messages[ep.messages.index(first_final) + 1]["content"]
+    assert f"{FINAL_REFUSED} {NOTHING_CHANGED}" in refusal and "assertEqual(add(2, 3), 5)" in refusal
+    assert ep.ws.changed_files() == ["calc.py"]
+
+
+def test_submit_check_gives_up_after_its_budget(episode: Callable[..., Episode]) -> None:
+    final = "THOUGHT: Looks fine.\nFINAL: nothing to do"
+    ep = episode([final, final, final], submit_checks=1)
+    assert ep.exit_reason == "submitted" and ep.turn == 2  # refused once, then accepted as it is
+    assert [s["type"] for s in ep.steps].count("submit_check") == 1
+
+
+def test_submit_check_accepts_a_final_when_the_tests_pass(episode: Callable[..., Episode]) -> None:
+    ep = episode([call("write_file", "Use +.", path="calc.py", content=FIXED), "THOUGHT: Done.\nFINAL: fixed"],
+                 submit_checks=1)
+    assert ep.exit_reason == "submitted" and ep.turn == 2
+    assert not any(s["type"] == "submit_check" for s in ep.steps)

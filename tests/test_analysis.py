@@ -18,7 +18,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for the analysis/ scripts
 
 from agent_harness.metrics import wilson_interval
-from agent_harness.trace import load_traces, validate_trace, write_json_atomic
+from agent_harness.trace import SCHEMA_VERSION, load_traces, validate_trace, write_json_atomic
 from analysis import _synthetic as syn
 from analysis import compare_models, report, spectral, trajectory_similarity
 from analysis._common import only_completed
@@ -86,9 +86,9 @@ def test_corrupt_and_partial_files_are_skipped_and_reported(tmp_path: Path,
     text = good.read_text()
     bad = tmp_path / "oracle" / "humanevalfix" / "gold"
     (bad / "run_101.json").write_text(text[: len(text) // 2])  # truncated mid-write (not via the writer)
-    (bad / "run_102.json").write_text(text.replace('"schema_version":"1.0"', '"schema_version":"0.9"'))
+    (bad / "run_102.json").write_text(text.replace(f'"schema_version":"{SCHEMA_VERSION}"', '"schema_version":"0.9"'))
     (bad / "run_103.json").write_text("[1, 2]")
-    (bad / "run_104.json").write_text(json.dumps({"schema_version": "1.0", "steps": []}))
+    (bad / "run_104.json").write_text(json.dumps({"schema_version": SCHEMA_VERSION, "steps": []}))
     partial = json.loads(text)
     partial["outcome"]["completed"] = False
     write_json_atomic(bad / "run_105.json", partial)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendUnavailable, ConfigError, MissingExtraError
 from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams
-from .local import compute_dtype, cpu_ids, encode, load_tokenizer, require_torch
+from .local import compute_dtype, context_full, cpu_ids, encode, load_tokenizer, new_token_budget, require_torch
 
 if TYPE_CHECKING:
     import torch
@@ -205,13 +205,11 @@ class HFBackend:
         rows: list[_Row] = []
         for i, conv in enumerate(conversations):
             ids = self.encode(conv)
-            room = self.spec.context_length - len(ids)
-            if room <= 0:
-                log.warning("prompt of %d tokens fills the context (%d); nothing generated",
-                            len(ids), self.spec.context_length)
-                results[i] = Completion("", len(ids), 0, "length", 0.0)
+            max_new = new_token_budget(len(ids), params.max_tokens, self.spec.context_length)
+            if not max_new:
+                results[i] = context_full(len(ids))
                 continue
-            rows.append(_Row(i, ids, min(params.max_tokens, room)))
+            rows.append(_Row(i, ids, max_new))
         if params.seed is not None:
             torch.manual_seed(params.seed)
         stops = tuple(s for s in params.stop if s)

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, MissingExtraError
-from ..types import Conversation
+from ..types import Completion, Conversation
 
 if TYPE_CHECKING:
     from ..registry import ModelSpec
 
 DTYPES = ("bfloat16", "float16", "float32")
+
+log = logging.getLogger(__name__)
 
 
 def require_torch(backend: str) -> tuple[Any, Any]:
@@ -72,3 +75,17 @@ def encode(tokenizer: Any, conv: Conversation) -> list[int]:
     """Token ids of the rendered prompt (chat template + generation prompt, no padding)."""
     text = tokenizer.apply_chat_template(conv, add_generation_prompt=True, tokenize=False)
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def new_token_budget(n_prompt: int, max_tokens: int, context_length: int) -> int:
+    """Tokens a reply may have after an `n_prompt`-token prompt; 0 (logged) when it fills the context."""
+    room = context_length - n_prompt
+    if room <= 0:
+        log.warning("prompt of %d tokens fills the context (%d); nothing generated", n_prompt, context_length)
+        return 0
+    return min(max_tokens, room)
+
+
+def context_full(n_prompt: int) -> Completion:
+    """The reply to a prompt that leaves no room: nothing generated, finish_reason "length"."""
+    return Completion("", n_prompt, 0, "length", 0.0)

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendUnavailable, ConfigError, MissingExtraError
 from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams
-from .local import compute_dtype, cpu_ids, encode, load_tokenizer, require_torch
+from .local import compute_dtype, context_full, cpu_ids, encode, load_tokenizer, new_token_budget, require_torch
 
 if TYPE_CHECKING:
     from ..registry import ModelSpec
@@ -359,14 +359,12 @@ class VLLMBackend:
         index: list[int] = []
         for i, conv in enumerate(conversations):
             ids = self.encode(conv)
-            room = self.spec.context_length - len(ids)
-            if room <= 0:
-                log.warning("prompt of %d tokens fills the context (%d); nothing generated",
-                            len(ids), self.spec.context_length)
-                results[i] = Completion("", len(ids), 0, "length", 0.0)
+            max_new = new_token_budget(len(ids), params.max_tokens, self.spec.context_length)
+            if not max_new:
+                results[i] = context_full(len(ids))
                 continue
             prompts.append({"prompt_token_ids": ids})
-            sampling.append(self._sampling(params, min(params.max_tokens, room), i))
+            sampling.append(self._sampling(params, max_new, i))
             index.append(i)
         if prompts:
             stops = tuple(s for s in params.stop if s)
@@ -382,15 +380,13 @@ class VLLMBackend:
         if self.llm is None:
             raise BackendUnavailable(f"vllm backend for '{self.spec.name}' is closed")
         ids = self.encode(conversation)
-        room = self.spec.context_length - len(ids)
-        if room <= 0:
-            log.warning("prompt of %d tokens fills the context (%d); nothing generated",
-                        len(ids), self.spec.context_length)
-            self._ready.append((key, Completion("", len(ids), 0, "length", 0.0)))
+        max_new = new_token_budget(len(ids), params.max_tokens, self.spec.context_length)
+        if not max_new:
+            self._ready.append((key, context_full(len(ids))))
             return
         stops = tuple(s for s in params.stop if s)
         self._requests[key] = (len(ids), stops, time.perf_counter())
-        sampling = self._sampling(params, min(params.max_tokens, room), zlib.crc32(key.encode()))
+        sampling = self._sampling(params, max_new, zlib.crc32(key.encode()))
         self.llm.llm_engine.add_request(key, {"prompt_token_ids": ids}, sampling)
 
     def poll(self) -> list[tuple[str, Completion]]:

@@ -65,6 +65,7 @@ class Episode:
     turn: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0
     exit_reason: str | None = None
     final: str | None = None
     started: float = field(default_factory=time.monotonic)
@@ -111,8 +112,9 @@ class Episode:
         first = len(self.steps)
         self.prompt_tokens += c.prompt_tokens
         self.completion_tokens += c.completion_tokens
+        self.cached_tokens += c.cached_tokens
         meta = {"raw": c.text, "finish_reason": c.finish_reason, "latency_s": c.latency_s,
-                "tokens": {"prompt": c.prompt_tokens, "completion": c.completion_tokens}}
+                "tokens": c.token_counts()}
         self.messages.append({"role": "assistant", "content": c.text})
         self._replies.append(c.text)
         try:

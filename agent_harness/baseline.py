@@ -26,6 +26,7 @@ class SingleShotEpisode:
     turn: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0
     exit_reason: str | None = None
     final: str | None = None
     started: float = field(default_factory=time.monotonic)
@@ -53,7 +54,8 @@ class SingleShotEpisode:
         self.scenario.apply_single_shot(self.task, self.ws, c.text)
         self.steps.append({"i": 0, "turn": 0, "type": "final", "text": c.text, "raw": c.text,
                            "finish_reason": c.finish_reason, "latency_s": c.latency_s,
-                           "tokens": {"prompt": c.prompt_tokens, "completion": c.completion_tokens}})
-        self.prompt_tokens, self.completion_tokens = c.prompt_tokens, c.completion_tokens
+                           "tokens": c.token_counts()})
+        self.prompt_tokens, self.completion_tokens, self.cached_tokens = (c.prompt_tokens, c.completion_tokens,
+                                                                          c.cached_tokens)
         self.turn, self.exit_reason = 1, "submitted"  # the answer is the step's text; no FINAL line
         return self.steps

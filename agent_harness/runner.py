@@ -133,7 +133,8 @@ def _header(cfg: RunConfig, spec: ModelSpec, backend: Backend, job: Job, ep_para
         "steps": [],
         "embeddings": None,
         "outcome": {"completed": False, "passed": None, "compromised": None, "exit_reason": None, "num_steps": 0,
-                    "num_turns": 0, "elapsed_seconds": 0.0, "prompt_tokens": 0, "completion_tokens": 0,
+                    "num_turns": 0, "elapsed_seconds": 0.0, "prompt_tokens": 0, "cached_prompt_tokens": 0,
+                    "completion_tokens": 0,
                     "error": None, "final": None, "test_output": None, "diff": None},
     }
 
@@ -151,6 +152,7 @@ class ModelRun:
         self.pool, self.on_done = pool, on_done
         self.tokens = 0  # completion tokens
         self.prompt_tokens = 0
+        self.cached_tokens = 0  # prompt tokens the backend served from its cache
         self.gen_s = 0.0  # wall time inside backend.generate
         self.calls = 0
         self.rows = 0
@@ -161,9 +163,13 @@ class ModelRun:
         self.gen_s += time.perf_counter() - t0
         self.calls += 1
         self.rows += len(prompts)
+        self._count(completions)
+        return completions
+
+    def _count(self, completions: list[Completion]) -> None:
         self.tokens += sum(c.completion_tokens for c in completions)
         self.prompt_tokens += sum(c.prompt_tokens for c in completions)
-        return completions
+        self.cached_tokens += sum(c.cached_tokens for c in completions)
 
     def scenario(self, job: Job) -> Scenario:
         if job.scenario_name not in self._scenarios:
@@ -189,7 +195,8 @@ class ModelRun:
         ep, out = live.episode, live.trace["outcome"]
         live.trace["steps"] = ep.steps
         out.update(num_steps=len(ep.steps), num_turns=ep.turn, prompt_tokens=ep.prompt_tokens,
-                   completion_tokens=ep.completion_tokens, elapsed_seconds=round(time.monotonic() - live.started, 3),
+                   cached_prompt_tokens=ep.cached_tokens, completion_tokens=ep.completion_tokens,
+                   elapsed_seconds=round(time.monotonic() - live.started, 3),
                    exit_reason=ep.exit_reason, final=ep.final)
         write_json_atomic(live.job.path, live.trace)
 
@@ -274,9 +281,8 @@ class ModelRun:
                 self.gen_s += time.perf_counter() - t0
                 self.calls += 1
                 self.rows += in_flight
+                self._count([c for _, c in finished])
                 for key, c in finished:
-                    self.tokens += c.completion_tokens
-                    self.prompt_tokens += c.prompt_tokens
                     work[self.pool.submit(self._advance, waiting.pop(key), c)] = "advance"
             if not work:
                 continue
@@ -330,7 +336,8 @@ def _stats(spec: ModelSpec, backend: Backend, mr: ModelRun, episodes: int, load_
         "overhead_share": round(1 - mr.gen_s / wall_s, 4) if wall_s > 0 else None,
         "generate_calls": mr.calls, "mean_batch": round(mr.rows / mr.calls, 2) if mr.calls else 0,
         "streaming": cfg.streaming and isinstance(backend, StreamingBackend),
-        "prompt_tokens": mr.prompt_tokens, "completion_tokens": mr.tokens,
+        "prompt_tokens": mr.prompt_tokens, "cached_prompt_tokens": mr.cached_tokens,
+        "completion_tokens": mr.tokens,
         "completion_tok_per_s": round(mr.tokens / wall_s, 2) if wall_s > 0 else None,
         "episodes_per_hour": round(episodes * 3600 / wall_s, 1) if wall_s > 0 else None,
         "harness_version": harness_version(),

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
-SCHEMA_VERSION = "1.1"  # 1.1: the "submit_check" step type
-READABLE_VERSIONS = ("1.0", "1.1")
+SCHEMA_VERSION = "1.2"  # 1.1: the "submit_check" step type; 1.2: cached prompt token counts
+READABLE_VERSIONS = ("1.0", "1.1", "1.2")
 SCHEMA_PATH = Path(__file__).with_name("trace_schema.json")
 STEP_TYPES = ("thought", "tool_call", "tool_result", "final", "parse_error", "submit_check")
 
@@ -106,12 +106,12 @@ class TraceFrames:
 RUN_COLUMNS = [
     "path", "run_id", "model", "backend", "backend_requested", "fallback_reason", "scenario", "label",
     "task_id", "task_index", "sample", "mode", "passed", "compromised", "exit_reason", "num_steps",
-    "num_turns", "turns_used", "prompt_tokens", "completion_tokens", "elapsed_seconds", "parse_errors",
-    "tool_calls", "sandbox", "embedding_model", "error", "harness_version", "timestamp", "completed",
+    "num_turns", "turns_used", "prompt_tokens", "cached_prompt_tokens", "completion_tokens", "elapsed_seconds",
+    "parse_errors", "tool_calls", "sandbox", "embedding_model", "error", "harness_version", "timestamp", "completed",
 ]
 STEP_COLUMNS = [
     "run_id", "model", "scenario", "label", "task_id", "sample", "passed", "i", "turn", "type", "tool",
-    "args", "text", "prompt_tokens", "completion_tokens", "latency_s", "has_embedding",
+    "args", "text", "prompt_tokens", "completion_tokens", "cached_tokens", "latency_s", "has_embedding",
 ]
 
 # A step's embedding array, cut out of the raw JSON so that its floats are parsed in bulk (pandas'
@@ -157,7 +157,7 @@ def _rows(path: Path, data: dict[str, Any]) -> tuple[dict[str, Any], list[dict[s
         "exit_reason": out.get("exit_reason"), "num_steps": out.get("num_steps", len(steps)),
         "num_turns": out.get("num_turns"),
         "turns_used": max((s.get("turn") or 0 for s in steps), default=-1) + 1,
-        "prompt_tokens": out.get("prompt_tokens"),
+        "prompt_tokens": out.get("prompt_tokens"), "cached_prompt_tokens": out.get("cached_prompt_tokens"),
         "completion_tokens": out.get("completion_tokens"), "elapsed_seconds": out.get("elapsed_seconds"),
         "parse_errors": sum(s["type"] == "parse_error" for s in steps),
         "tool_calls": sum(s["type"] == "tool_call" for s in steps), "sandbox": data.get("sandbox"),
@@ -172,6 +172,7 @@ def _rows(path: Path, data: dict[str, Any]) -> tuple[dict[str, Any], list[dict[s
             "args": s.get("args"), "text": s.get("text", ""),
             "prompt_tokens": (s.get("tokens") or {}).get("prompt"),
             "completion_tokens": (s.get("tokens") or {}).get("completion"),
+            "cached_tokens": (s.get("tokens") or {}).get("cached"),
             "latency_s": s.get("latency_s"), "embedding": s.get("embedding"),
         }
         for s in steps

@@ -47,6 +47,11 @@ class Completion:
     completion_tokens: int
     finish_reason: FinishReason
     latency_s: float
+    cached_tokens: int = 0  # prompt tokens served from a cache (vLLM prefix cache, transformers KV reuse)
+
+    def token_counts(self) -> dict[str, int]:
+        """The trace step's ``tokens`` record."""
+        return {"prompt": self.prompt_tokens, "completion": self.completion_tokens, "cached": self.cached_tokens}
 
 
 @dataclass

@@ -132,6 +132,7 @@ def test_kv_reuse_matches_generate_and_hits_the_cache(hf_backend: HFBackend) -> 
     reused = store.hits_tokens - hits_before
     computed = store.miss_tokens - miss_before
     assert reused >= sum(c.prompt_tokens for c in first), (reused, computed)  # whole first prompts reused
+    assert [c.cached_tokens for c in first] == [0, 0] and sum(c.cached_tokens for c in second) == reused
     hf_backend.kv_store = None  # the generate() path, same weights
     try:
         ref_first = hf_backend.generate(convs, params)

@@ -33,7 +33,7 @@ def echo_reply(body: dict[str, Any]) -> Reply:
         "id": "x", "object": "chat.completion", "model": body["model"],
         "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": len(last.split()) + 10, "completion_tokens": len(text.split()),
-                  "total_tokens": 0},
+                  "total_tokens": 0, "prompt_tokens_details": {"cached_tokens": 8}},
     }
 
 
@@ -128,6 +128,7 @@ def test_batch_in_order_with_usage_and_key(tmp_path: Path, server: FakeServer) -
     backend.close()
     assert [c.text for c in out] == [f"echo: q{i}" for i in range(6)]
     assert all(c.prompt_tokens == 11 and c.completion_tokens == 2 and c.finish_reason == "stop" for c in out)
+    assert all(c.cached_tokens == 8 for c in out)  # usage.prompt_tokens_details.cached_tokens
     assert wall < 0.3 * 2  # requests ran in parallel (concurrency 4), not one after another
     assert len(server.requests) == 6
     req = server.requests[0]

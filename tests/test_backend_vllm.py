@@ -126,6 +126,19 @@ def test_batch_of_three_counts_and_determinism(vllm_backend: VLLMBackend) -> Non
 
 
 @pytest.mark.vllm
+def test_prefix_cache_counts_cached_prompt_tokens(vllm_backend: VLLMBackend) -> None:
+    """The next turn of a conversation reuses the previous prompt's KV blocks, and says how many."""
+    code = "\n".join(f"def f{i}(x):\n    return x * {i} + {i * 7 % 11}" for i in range(40))
+    conv: Conversation = [{"role": "user", "content": f"Which function returns the largest value at x=3?\n{code}"}]
+    params = GenParams(max_tokens=8)
+    [first] = vllm_backend.generate([conv], params)
+    assert first.prompt_tokens > 400 and first.cached_tokens == 0  # nothing like it was seen before
+    nxt = [*conv, {"role": "assistant", "content": first.text}, {"role": "user", "content": "And at x=-3?"}]
+    [second] = vllm_backend.generate([nxt], params)
+    assert first.prompt_tokens // 2 < second.cached_tokens <= first.prompt_tokens, (first, second)
+
+
+@pytest.mark.vllm
 def test_stop_string_cuts_generation(vllm_backend: VLLMBackend) -> None:
     [free] = vllm_backend.generate([COUNT], GenParams(max_tokens=40))
     assert "4" in free.text and "5" in free.text

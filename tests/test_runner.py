@@ -236,3 +236,39 @@ def test_sigterm_stops_cleanly(tmp_path: Path) -> None:
     assert "rerun with --resume" in err
     for p in out.rglob("run_*.json"):
         json.loads(p.read_text())
+
+
+@pytest.mark.model
+def test_real_model_end_to_end_with_kv_reuse(tmp_path: Path) -> None:
+    """The embedded 0.5B on transformers, through the CLI: valid traces, backend recorded, and the
+    second turn's prompt served from the KV store (tokens.cached), counted up to runs.jsonl."""
+    import yaml
+
+    reg = yaml.safe_load((ROOT / "models.yaml").read_text())
+    spec = next(m for m in reg["models"] if m["name"] == reg["default"])
+    small = {**spec, "name": "small", "aliases": [], "backend": "transformers", "max_tokens": 48}
+    registry = tmp_path / "models.yaml"
+    registry.write_text(yaml.safe_dump({"default": "small", "models": [small]}))
+    out = tmp_path / "traces"
+    r = cli("--registry", str(registry), "--n", "2", "--max-steps", "2", "--concurrency", "2", "--out", str(out),
+            "--no-embed", "--no-progress")
+    assert r.returncode == 0, r.stderr
+    found = traces(out)
+    assert len(found) == 2
+    for name, data in found.items():
+        assert validate_trace(data) == [], name
+        assert data["model"]["backend"] == "transformers" and data["model"]["device"] == "cpu"
+        replies = [s for s in data["steps"] if "tokens" in s]
+        assert len(replies) == 2, name  # --max-steps 2; a first FINAL is refused while the tests fail
+        first, second = (s["tokens"] for s in replies)
+        assert first["cached"] < first["prompt"] and 0 < second["cached"] < second["prompt"], name
+        assert second["cached"] >= first["prompt"] - 1  # the whole first prompt was reused
+        out_tokens = data["outcome"]
+        assert out_tokens["cached_prompt_tokens"] == first["cached"] + second["cached"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["small"]["humanevalfix"]["n_tasks"] == 2
+    [timing] = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
+    assert timing["cached_prompt_tokens"] == sum(d["outcome"]["cached_prompt_tokens"] for d in found.values())
+    frames = load_traces(out)
+    assert frames.runs["cached_prompt_tokens"].sum() == timing["cached_prompt_tokens"]
+    assert frames.steps["cached_tokens"].notna().sum() == 4

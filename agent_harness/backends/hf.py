@@ -255,7 +255,8 @@ class HFBackend:
         with torch.inference_mode():
             out = decode(self.model, [DecodeRow(r.ids, r.max_new) for r in batch], params, self.kv_store,
                          self.pad_id, is_done)
-        return [self._finish(r, res.tokens, stops, res.latency_s) for r, res in zip(batch, out, strict=True)]
+        return [self._finish(r, res.tokens, stops, res.latency_s, res.reused)
+                for r, res in zip(batch, out, strict=True)]
 
     def _run_generate(self, batch: list[_Row], params: GenParams, stops: tuple[str, ...]) -> list[Completion]:
         """transformers' `generate` on the left-padded batch (no reuse between calls)."""
@@ -306,7 +307,8 @@ class HFBackend:
 
         return StopOnStrings()
 
-    def _finish(self, row: _Row, toks: list[int], stops: tuple[str, ...], latency: float) -> Completion:
+    def _finish(self, row: _Row, toks: list[int], stops: tuple[str, ...], latency: float,
+                cached: int = 0) -> Completion:
         """Cut one row's new tokens at EOS / padding / its own budget / the first stop string."""
         finish: FinishReason = "length"
         end = next((k for k, t in enumerate(toks) if t in self.eos_ids or t == self.pad_id), None)
@@ -321,7 +323,7 @@ class HFBackend:
             text, finish = text[:cut], "stop"
             counted = self._tokens_to_stop(toks, stops)
         return Completion(text=text, prompt_tokens=len(row.ids), completion_tokens=counted,
-                          finish_reason=finish, latency_s=latency)
+                          finish_reason=finish, latency_s=latency, cached_tokens=cached)
 
     def _tokens_to_stop(self, toks: list[int], stops: tuple[str, ...]) -> int:
         """The fewest leading tokens whose text already contains a stop string (binary search)."""

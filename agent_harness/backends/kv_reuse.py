@@ -95,6 +95,7 @@ class DecodeRow:
 class DecodeResult:
     tokens: list[int]  # generated ids (EOS included when it was generated)
     latency_s: float  # from the start of the batch to this row's last token
+    reused: int = 0  # prompt tokens whose KV came from the store
 
 
 def _sample(logits: torch.Tensor, params: GenParams) -> torch.Tensor:
@@ -186,7 +187,7 @@ def decode(
         for i, r in enumerate(alive):
             gen[r].append(int(nxt[i]))
             if is_done(gen[r], rows[r].max_new):
-                results[r] = DecodeResult(gen[r], time.perf_counter() - t0)
+                results[r] = DecodeResult(gen[r], time.perf_counter() - t0, parts[r][1])
                 cols = mask[i].nonzero().squeeze(-1)  # everything fed so far: prompt + gen[:-1]
                 store.add(np.concatenate([arrays[r], np.asarray(gen[r][:-1], dtype=np.int64)]),
                           _row_kv(cache, i, cols))

@@ -200,10 +200,11 @@ class OpenAIBackend:
         if cut >= 0:
             text, finish = text[:cut], "stop"
         usage = data.get("usage") or {}
+        details = usage.get("prompt_tokens_details") or {}  # OpenAI's and vLLM's prefix-cache count
         return Completion(
             text=text, prompt_tokens=int(usage.get("prompt_tokens") or 0),
             completion_tokens=int(usage.get("completion_tokens") or 0),
-            finish_reason=finish, latency_s=latency,
+            finish_reason=finish, latency_s=latency, cached_tokens=int(details.get("cached_tokens") or 0),
         )
 
     # -- the batch -------------------------------------------------------------------------------

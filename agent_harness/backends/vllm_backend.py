@@ -412,7 +412,7 @@ class VLLMBackend:
         if cut >= 0:
             text, finish = text[:cut], "stop"
         return Completion(text=text, prompt_tokens=n_prompt, completion_tokens=len(seq.token_ids),
-                          finish_reason=finish, latency_s=latency)
+                          finish_reason=finish, latency_s=latency, cached_tokens=out.num_cached_tokens or 0)
 
     def close(self) -> None:
         """Shut the engine down (its processes exit) and free memory; no generate afterwards."""

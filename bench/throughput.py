@@ -11,7 +11,12 @@ settings, with embeddings on (they are part of the harness overhead):
 - batched:      transformers, `--concurrency` episodes per batch, KV caches reused across steps;
 - batched-int8: the same with int8 dynamic quantization (the `-int8` registry entry);
 - vllm-ticks:   vLLM (prefix caching), one batch per tick: every episode waits for the tick's longest reply;
-- vllm:         vLLM with continuous batching: each episode's next prompt joins as soon as its tool ran.
+- vllm:         vLLM with continuous batching: each episode's next prompt joins as soon as its tool ran;
+- vllm-b128:    the same with vLLM's own CPU block size, 128 tokens (the project's CPU default is 32);
+- vllm-ngram:   the same with n-gram speculative decoding, 4 draft tokens (replies copy the file they read).
+
+"computed prompt" is the prompt tokens the engine actually ran (prompt - cached, from the traces'
+`tokens.cached`): with prefix caching / KV reuse most of each turn's prompt is served from cache.
 
 Numbers come from each run's `runs.jsonl` (wall time, time inside `generate`, tokens, load time)
 and `summary.json`; pass/fail agreement is per task against the first configuration. Appends a
@@ -40,6 +45,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "batched-int8": {"backend": "transformers", "concurrency": None, "env": {}, "model_suffix": "-int8"},
     "vllm-ticks": {"backend": "vllm", "concurrency": None, "env": {}, "flags": ["--no-streaming"]},
     "vllm": {"backend": "vllm", "concurrency": None, "env": {}},
+    "vllm-b128": {"backend": "vllm", "concurrency": None, "env": {"AGENT_HARNESS_VLLM_BLOCK_SIZE": "128"}},
+    "vllm-ngram": {"backend": "vllm", "concurrency": None, "env": {"AGENT_HARNESS_VLLM_NGRAM": "4"}},
 }
 
 
@@ -121,9 +128,11 @@ def main() -> int:
         common = sorted(set(ref["passed"]) & set(r["passed"]))
         agree = sum(ref["passed"][t] == r["passed"][t] for t in common)
         speedup = ref["stats"]["wall_s"] / s["wall_s"] if s["wall_s"] else float("nan")
+        computed = s["prompt_tokens"] - s.get("cached_prompt_tokens", 0)
         rows.append(
             f"| {r['config']} | {s['backend']} | {s['concurrency']} | {s['episodes']} | {s['wall_s']:.0f} "
             f"| {s['load_s']:.1f} | {s['episodes_per_hour']:.0f} | {speedup:.2f}× | {s['completion_tok_per_s']:.1f} "
+            f"| {s['prompt_tokens']:,} | {computed:,} | {s['completion_tokens']:,} "
             f"| {s['mean_batch']:.1f} | {100 * s['overhead_share']:.1f} % | {r['pass@1']:.3f} | {r['mean_steps']:.1f} "
             f"| {agree}/{len(common)} |"
         )
@@ -135,8 +144,9 @@ def main() -> int:
         "Overhead = wall time outside `backend.generate` (parsing, tools, sandbox, scoring, traces, "
         "embeddings). Agreement = tasks with the same pass/fail as the first row.", "",
         "| config | backend | concurrency | episodes | wall s | load s | episodes/h | speed-up | completion tok/s "
-        "| mean batch | overhead | pass@1 | mean steps | agreement |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| prompt tok | computed prompt tok | completion tok | mean batch | overhead | pass@1 | mean steps "
+        "| agreement |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         *rows, "",
     ])
     print(section)

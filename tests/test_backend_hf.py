@@ -3,20 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from backend_contract import CONVS, COUNT, batch_of_three, stop_string_cuts_generation
 
 from agent_harness.backends import load_backend
 from agent_harness.backends.hf import HFBackend
 from agent_harness.errors import BackendUnavailable
 from agent_harness.registry import ModelSpec
 from agent_harness.types import Conversation, GenParams
-
-COUNT = [{"role": "user", "content": "Count from 1 to 10, separated by commas. Output only the numbers."}]
-CONVS: list[Conversation] = [
-    COUNT,
-    [{"role": "system", "content": "You are a terse Python expert."},
-     {"role": "user", "content": "Write a Python function `add(a, b)` that returns the sum of a and b."}],
-    [{"role": "user", "content": "Say hello."}],
-]
 
 
 def test_hub_only_model_offline_names_offline_models() -> None:
@@ -45,35 +38,12 @@ def test_info(hf_backend: HFBackend) -> None:
 
 @pytest.mark.model
 def test_batch_of_three_and_greedy_determinism(hf_backend: HFBackend) -> None:
-    params = GenParams(max_tokens=24)
-    first = hf_backend.generate(CONVS, params)
-    assert len(first) == 3
-    for conv, c in zip(CONVS, first, strict=True):
-        assert c.text.strip(), c
-        assert c.prompt_tokens == len(hf_backend.encode(conv))
-        assert 1 <= c.completion_tokens <= 24
-        assert c.finish_reason in ("stop", "length") and c.latency_s > 0
-    assert len({c.prompt_tokens for c in first}) == 3  # padding is not counted
-    assert "1" in first[0].text and "hello" in first[2].text.lower()
-    assert first[1].finish_reason == "length" and first[1].completion_tokens == 24
-    assert first[2].finish_reason == "stop" and first[2].completion_tokens < 24
-    again = hf_backend.generate(CONVS, params)
-    assert [c.text for c in again] == [c.text for c in first]
-    assert [c.completion_tokens for c in again] == [c.completion_tokens for c in first]
+    batch_of_three(hf_backend)
 
 
 @pytest.mark.model
 def test_stop_string_cuts_generation(hf_backend: HFBackend) -> None:
-    [free] = hf_backend.generate([COUNT], GenParams(max_tokens=40))
-    assert "4" in free.text and "5" in free.text
-    [stopped] = hf_backend.generate([COUNT], GenParams(max_tokens=40, stop=("4",)))
-    assert stopped.finish_reason == "stop"
-    assert "4" not in stopped.text and "3" in stopped.text
-    assert free.text.startswith(stopped.text)
-    # tokens up to and including the one that wrote "4", nothing after it
-    assert stopped.completion_tokens < free.completion_tokens
-    upto_stop = hf_backend.tokenizer(free.text[: len(stopped.text) + 1], add_special_tokens=False)
-    assert stopped.completion_tokens == len(upto_stop["input_ids"])
+    stop_string_cuts_generation(hf_backend)
 
 
 @pytest.mark.model

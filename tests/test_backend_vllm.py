@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from backend_contract import CONVS, COUNT, batch_of_three, stop_string_cuts_generation
 
 from agent_harness.backends import load_backend
 from agent_harness.backends.hf import HFBackend
@@ -24,18 +25,11 @@ from agent_harness.backends.vllm_backend import (
     apply_cpu_env,
     cpu_env,
     cpu_id_list,
+    engine_options,
 )
-from agent_harness.errors import BackendUnavailable
+from agent_harness.errors import BackendUnavailable, ConfigError
 from agent_harness.registry import ModelSpec
 from agent_harness.types import Conversation, GenParams
-
-COUNT = [{"role": "user", "content": "Count from 1 to 10, separated by commas. Output only the numbers."}]
-CONVS: list[Conversation] = [
-    COUNT,
-    [{"role": "system", "content": "You are a terse Python expert."},
-     {"role": "user", "content": "Write a Python function `add(a, b)` that returns the sum of a and b."}],
-    [{"role": "user", "content": "Say hello."}],
-]
 
 
 def test_cpu_id_list() -> None:
@@ -62,6 +56,28 @@ def test_cpu_env_respects_the_user_but_not_inductors_tmp_default(monkeypatch: py
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/somewhere/else")
     apply_cpu_env()
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/somewhere/else"
+
+
+def test_engine_options_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("AGENT_HARNESS_VLLM_BLOCK_SIZE", "AGENT_HARNESS_VLLM_NGRAM", "AGENT_HARNESS_VLLM_GPU_UTIL"):
+        monkeypatch.delenv(var, raising=False)
+    assert engine_options(cuda=False) == {"block_size": 32} and engine_options(cuda=True) == {}
+    monkeypatch.setenv("AGENT_HARNESS_VLLM_BLOCK_SIZE", "32")
+    monkeypatch.setenv("AGENT_HARNESS_VLLM_NGRAM", "4")
+    monkeypatch.setenv("AGENT_HARNESS_VLLM_GPU_UTIL", "0.5")
+    cpu = engine_options(cuda=False)
+    assert cpu["block_size"] == 32 and "gpu_memory_utilization" not in cpu
+    assert cpu["speculative_config"]["method"] == "ngram" and cpu["speculative_config"]["num_speculative_tokens"] == 4
+    assert engine_options(cuda=True)["gpu_memory_utilization"] == 0.5
+    for var, bad in (("AGENT_HARNESS_VLLM_BLOCK_SIZE", "20"), ("AGENT_HARNESS_VLLM_BLOCK_SIZE", "0"),
+                     ("AGENT_HARNESS_VLLM_NGRAM", "x"), ("AGENT_HARNESS_VLLM_NGRAM", "40")):
+        with monkeypatch.context() as m:
+            m.setenv(var, bad)
+            with pytest.raises(ConfigError, match=var):
+                engine_options(cuda=False)
+    monkeypatch.setenv("AGENT_HARNESS_VLLM_GPU_UTIL", "half")
+    with pytest.raises(ConfigError, match="GPU_UTIL"):
+        engine_options(cuda=True)
 
 
 def test_stderr_tee_finds_the_root_cause_a_child_printed() -> None:
@@ -107,22 +123,9 @@ def test_info(vllm_backend: VLLMBackend) -> None:
 
 @pytest.mark.vllm
 def test_batch_of_three_counts_and_determinism(vllm_backend: VLLMBackend) -> None:
-    params = GenParams(max_tokens=24)
-    first = vllm_backend.generate(CONVS, params)
-    assert len(first) == 3
-    for conv, c in zip(CONVS, first, strict=True):
-        assert c.text.strip(), c
-        assert c.prompt_tokens == len(vllm_backend.encode(conv))
-        assert 1 <= c.completion_tokens <= 24
-        assert c.finish_reason in ("stop", "length") and c.latency_s > 0
-    assert len({c.prompt_tokens for c in first}) == 3
-    assert "1" in first[0].text and "hello" in first[2].text.lower()
-    assert first[1].finish_reason == "length" and first[1].completion_tokens == 24
-    assert first[2].finish_reason == "stop" and first[2].completion_tokens < 24
+    first = batch_of_three(vllm_backend)
     # the EOS token counts, as in the transformers backend
     assert first[2].completion_tokens == len(vllm_backend.tokenizer(first[2].text)["input_ids"]) + 1
-    again = vllm_backend.generate(CONVS, params)
-    assert [c.text for c in again] == [c.text for c in first]
 
 
 @pytest.mark.vllm
@@ -140,15 +143,7 @@ def test_prefix_cache_counts_cached_prompt_tokens(vllm_backend: VLLMBackend) -> 
 
 @pytest.mark.vllm
 def test_stop_string_cuts_generation(vllm_backend: VLLMBackend) -> None:
-    [free] = vllm_backend.generate([COUNT], GenParams(max_tokens=40))
-    assert "4" in free.text and "5" in free.text
-    [stopped] = vllm_backend.generate([COUNT], GenParams(max_tokens=40, stop=("4",)))
-    assert stopped.finish_reason == "stop"
-    assert "4" not in stopped.text and "3" in stopped.text
-    assert free.text.startswith(stopped.text)
-    assert stopped.completion_tokens < free.completion_tokens
-    upto_stop = vllm_backend.tokenizer(free.text[: len(stopped.text) + 1], add_special_tokens=False)
-    assert stopped.completion_tokens == len(upto_stop["input_ids"])
+    stop_string_cuts_generation(vllm_backend)
 
 
 @pytest.mark.vllm

@@ -123,9 +123,10 @@ def plot_heatmap(matrix: pd.DataFrame, out: Path) -> Path:
     import matplotlib.pyplot as plt
 
     n = len(matrix)
+    values = matrix.to_numpy(float)
+    finite = values[np.isfinite(values)]  # all NaN with one model on one sample: no pair to compare
     fig, ax = plt.subplots(figsize=(2.5 + 0.8 * n, 2 + 0.7 * n))
-    im = ax.imshow(matrix.to_numpy(float), cmap="viridis", vmin=min(0.0, np.nanmin(matrix.to_numpy(float))),
-                   vmax=1.0)
+    im = ax.imshow(values, cmap="viridis", vmin=min(0.0, finite.min(initial=0.0)), vmax=1.0)
     ax.set_xticks(range(n), matrix.columns, rotation=30, ha="right", fontsize=8)
     ax.set_yticks(range(n), matrix.index, fontsize=8)
     for i, j in itertools.product(range(n), range(n)):

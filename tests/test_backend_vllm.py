@@ -119,6 +119,7 @@ def test_info(vllm_backend: VLLMBackend) -> None:
     assert d["model_dir"].endswith("-bfloat16") and d["enforce_eager"] is True
     if info.device == "cpu":
         assert d["threads_bind"] and d["kv_cache_gib"]
+        assert d["block_size"] == int(os.environ.get("AGENT_HARNESS_VLLM_BLOCK_SIZE") or 32)  # the engine's own
 
 
 @pytest.mark.vllm
@@ -138,7 +139,9 @@ def test_prefix_cache_counts_cached_prompt_tokens(vllm_backend: VLLMBackend) -> 
     assert first.prompt_tokens > 400 and first.cached_tokens == 0  # nothing like it was seen before
     nxt = [*conv, {"role": "assistant", "content": first.text}, {"role": "user", "content": "And at x=-3?"}]
     [second] = vllm_backend.generate([nxt], params)
-    assert first.prompt_tokens // 2 < second.cached_tokens <= first.prompt_tokens, (first, second)
+    # cached: whole KV blocks of the first prompt and of the reply it generated, never the new question
+    assert first.prompt_tokens // 2 < second.cached_tokens <= first.prompt_tokens + first.completion_tokens
+    assert second.cached_tokens < second.prompt_tokens
 
 
 @pytest.mark.vllm

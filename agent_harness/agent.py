@@ -161,8 +161,7 @@ class Episode:
         if "final_after_call" in reply.repairs:
             obs += f"\n\n{FINAL_IGNORED}"
         self._step("tool_result", obs, tool=reply.tool, call_id=call_id, latency_s=time.monotonic() - t0)
-        reminder = next_step(reply.tool, obs) if self.config.format_reminder else None
-        self.messages.append({"role": "user", "content": format_observation(obs, reminder)})
+        self._observe(reply.tool, obs)
 
     def _review_final(self, final: str) -> None:
         """Accept the FINAL, or refuse it (up to `submit_checks` times) while the visible tests fail:
@@ -175,8 +174,13 @@ class Episode:
         self._refused += 1
         note = f"{FINAL_REFUSED} {NOTHING_CHANGED if not self.ws.changed_files() else ''}".rstrip()
         self._step("submit_check", obs, tool="run_tests")
-        reminder = next_step("run_tests", obs) if self.config.format_reminder else None
-        self.messages.append({"role": "user", "content": format_observation(f"{note}\n\n{obs}", reminder)})
+        self._observe("run_tests", obs, note)
+
+    def _observe(self, tool: str | None, obs: str, note: str = "") -> None:
+        """The tool's output as the next user message, after `note`, with the format reminder."""
+        reminder = next_step(tool, obs) if self.config.format_reminder else None
+        text = f"{note}\n\n{obs}" if note else obs
+        self.messages.append({"role": "user", "content": format_observation(text, reminder)})
 
     def _run_tool(self, tool: str, args: dict[str, Any]) -> str:
         key = json.dumps([tool, args], sort_keys=True)

@@ -166,18 +166,17 @@ def _rows(path: Path, data: dict[str, Any]) -> tuple[dict[str, Any], list[dict[s
         "completed": out.get("completed"),
     }
     keys = {k: run[k] for k in ("run_id", "model", "scenario", "label", "task_id", "sample", "passed")}
-    step_rows = [
-        {
-            **keys, "i": s["i"], "turn": s.get("turn"), "type": s["type"], "tool": s.get("tool"),
-            "args": s.get("args"), "text": s.get("text", ""),
-            "prompt_tokens": (s.get("tokens") or {}).get("prompt"),
-            "completion_tokens": (s.get("tokens") or {}).get("completion"),
-            "cached_tokens": (s.get("tokens") or {}).get("cached"),
-            "latency_s": s.get("latency_s"), "embedding": s.get("embedding"),
-        }
-        for s in steps
-    ]
-    return run, step_rows
+    return run, [_step_row(keys, s) for s in steps]
+
+
+def _step_row(keys: dict[str, Any], s: dict[str, Any]) -> dict[str, Any]:
+    tokens = s.get("tokens") or {}
+    return {
+        **keys, "i": s["i"], "turn": s.get("turn"), "type": s["type"], "tool": s.get("tool"),
+        "args": s.get("args"), "text": s.get("text", ""), "prompt_tokens": tokens.get("prompt"),
+        "completion_tokens": tokens.get("completion"), "cached_tokens": tokens.get("cached"),
+        "latency_s": s.get("latency_s"), "embedding": s.get("embedding"),
+    }
 
 
 class _Embeddings:

@@ -55,6 +55,7 @@ import sys
 import threading
 import time
 import zlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendUnavailable, ConfigError, MissingExtraError
@@ -130,6 +131,16 @@ def apply_cpu_env() -> dict[str, str]:
     return applied
 
 
+def _env_int(name: str, ok: Callable[[int], bool], expected: str) -> int | None:
+    """The integer in environment variable `name`, None when unset; ConfigError when not `ok`."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or not ok(int(raw)):
+        raise ConfigError(f"{name}={raw!r}: expected {expected}")
+    return int(raw)
+
+
 def engine_options(cuda: bool) -> dict[str, Any]:
     """`vllm.LLM` arguments from the AGENT_HARNESS_VLLM_* variables; a bad value is a ConfigError.
 
@@ -138,16 +149,12 @@ def engine_options(cuda: bool) -> dict[str, Any]:
     decode at batch 32 over 1.5k-token contexts ran 61 tok/s against 46 (bench/RESULTS.md).
     """
     opts: dict[str, Any] = {} if cuda else {"block_size": CPU_BLOCK_SIZE}
-    block = os.environ.get("AGENT_HARNESS_VLLM_BLOCK_SIZE", "").strip()
-    if block:
-        if not block.isdigit() or int(block) == 0 or int(block) % 16:
-            raise ConfigError(f"AGENT_HARNESS_VLLM_BLOCK_SIZE={block!r}: expected a multiple of 16")
-        opts["block_size"] = int(block)
-    ngram = os.environ.get("AGENT_HARNESS_VLLM_NGRAM", "").strip()
-    if ngram:
-        if not ngram.isdigit() or not 1 <= int(ngram) <= 16:
-            raise ConfigError(f"AGENT_HARNESS_VLLM_NGRAM={ngram!r}: expected draft tokens per step, 1 to 16")
-        opts["speculative_config"] = {"method": "ngram", "num_speculative_tokens": int(ngram),
+    block = _env_int("AGENT_HARNESS_VLLM_BLOCK_SIZE", lambda n: n > 0 and n % 16 == 0, "a multiple of 16")
+    if block is not None:
+        opts["block_size"] = block
+    ngram = _env_int("AGENT_HARNESS_VLLM_NGRAM", lambda n: 1 <= n <= 16, "draft tokens per step, 1 to 16")
+    if ngram is not None:
+        opts["speculative_config"] = {"method": "ngram", "num_speculative_tokens": ngram,
                                       "prompt_lookup_min": 2, "prompt_lookup_max": 5}
     util = os.environ.get("AGENT_HARNESS_VLLM_GPU_UTIL", "").strip()
     if cuda and util:

@@ -47,3 +47,10 @@ class LimitsExceeded(AgentFlow):
     def __init__(self, message: str, reason: str = "max_steps") -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class ScoreError(HarnessError):
+    """A scorer could not reach a verdict (e.g. the agent's code sabotaged the scoring set-up).
+
+    The runner records it as the episode's `score_error`: neither a pass, a fail nor a resisted attack.
+    """

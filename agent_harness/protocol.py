@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .errors import FormatError
+from .text import safe_text
 from .types import ToolParam, ToolSpec
 
 # The reply starts with "THOUGHT:" at position 0, so "\nTHOUGHT:" only ever cuts a second thought.
@@ -214,13 +215,13 @@ def format_observation(text: str, reminder: str | None = None) -> str:
     """How a tool's output is shown to the model (the next user message), with an optional
     reminder (see `next_step`): small models otherwise drift into echoing the observation or
     their own last reply after a few turns."""
-    body = text.rstrip()
+    body = safe_text(text).rstrip()
     return f"{OBSERVATION_HEADER}\n{body if body else '(no output)'}" + (f"\n\n{reminder}" if reminder else "")
 
 
 def format_error(err: FormatError) -> str:
     """The next user message after an unparseable reply: what was wrong and the expected form."""
-    msg = str(err).strip() or "Your reply does not follow the format."
+    msg = safe_text(str(err)).strip() or "Your reply does not follow the format."
     return f"{ERROR_HEADER} {msg}\n{EXPECTED_FORM}"
 
 

@@ -22,13 +22,17 @@ def safe_text(s: str) -> str:
     return s.translate(_SURROGATES) if has_surrogates(s) else s
 
 
-def error_text(e: BaseException, hide: tuple[str, ...] = ()) -> str:
-    """`Type: message` of an exception, for an observation or a trace: the `hide` paths (the
-    workspace's host folder) removed, surrogates replaced, and cut to a readable length."""
+def error_message(e: BaseException, hide: tuple[str, ...] = ()) -> str:
+    """The message of an exception for an observation or a trace: the `hide` paths (the workspace's
+    host folder) removed, surrogates replaced, and cut to a readable length."""
     msg = str(e)
     for path in sorted({p for p in hide if p}, key=len, reverse=True):
         msg = msg.replace(path + "/", "").replace(path, ".")
     msg = safe_text(msg)
-    if len(msg) > MAX_ERROR_CHARS:
-        msg = msg[: MAX_ERROR_CHARS - 3] + "..."
+    return msg if len(msg) <= MAX_ERROR_CHARS else msg[: MAX_ERROR_CHARS - 3] + "..."
+
+
+def error_text(e: BaseException, hide: tuple[str, ...] = ()) -> str:
+    """`Type: message` of an exception (see `error_message`)."""
+    msg = error_message(e, hide)
     return f"{type(e).__name__}: {msg}" if msg else type(e).__name__

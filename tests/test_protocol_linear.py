@@ -32,10 +32,10 @@ ATOMS = [" ", "\t", "\n", "`", "```", "```json", "{", "}", "[", "(", ")", '"', "
          '{"tool"', "tool", "read_file", "\\n", "ß"]
 
 
-def steps(text: str) -> int:
-    """Python lines of protocol.py executed while parsing `text`."""
+def steps(text: str, parse: Any = None, module: Any = protocol) -> int:
+    """Python lines of `module` executed while `parse` (default: parse_reply) reads `text`."""
     count = 0
-    here = protocol.__file__
+    here = module.__file__
 
     def local(frame: FrameType, event: str, arg: Any) -> Any:
         nonlocal count
@@ -48,7 +48,7 @@ def steps(text: str) -> int:
     previous = sys.gettrace()
     sys.settrace(calls)
     try:
-        protocol.parse_reply(text, SPECS)
+        parse(text) if parse else protocol.parse_reply(text, SPECS)
     except FormatError:
         pass
     finally:
@@ -83,3 +83,12 @@ def test_fence_and_marker_followed_by_long_runs() -> None:
 def test_long_pathological_replies_parse_in_linear_steps(pieces: list[tuple[str, int]]) -> None:
     text = "".join(atom * times for atom, times in pieces)
     assert within_budget(text), [(atom, times) for atom, times in pieces]
+
+
+def test_single_shot_fence_scan_is_linear() -> None:
+    """The single-shot baseline's code extraction: many fences on one long line, long tags, no newline."""
+    from agent_harness.scenarios import humanevalfix
+
+    for text in ("```" * 20_000, "```" + "a" * 40_000, ("```\n" + " " * 1000) * 40, "```py x" * 10_000 + "\n"):
+        n = steps(text, lambda t: humanevalfix.extract_code(t, "f"), humanevalfix)
+        assert n <= STEPS_PER_CHAR * len(text) + FIXED_STEPS, text[:20]

@@ -433,6 +433,7 @@ def test_report_marks_unscored_episodes(tmp_path: Path) -> None:
             trace["outcome"].update(passed=None, compromised=None, exit_reason="error",
                                     score_error={"type": "FileExistsError", "message": "tests is a symlink"})
         syn.write(root, trace)
+    (tmp_path / "out").mkdir()
     page = report.build(_load(root), tmp_path / "out", "t", skip={"spectral", "similarity"}).read_text()
     assert "1 UNSCORED episode(s)" in page and "· 1 UNSCORED" in page
     blob = re.search(r'<script type="application/json" id="trace-data">(.*?)</script>', page, re.S).group(1)

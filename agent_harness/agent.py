@@ -8,6 +8,7 @@ one episode at a time.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -23,9 +24,12 @@ from .protocol import (
     parse_reply,
     render_system_prompt,
 )
+from .text import error_text, safe_text
 from .tools import ToolOptions, execute, tools_for
 from .types import Backend, Completion, Conversation, GenParams, Task
 from .workspace import Workspace
+
+log = logging.getLogger(__name__)
 
 FINAL_IGNORED = "(Your FINAL: was ignored: it came after a TOOL_CALL. Write FINAL: alone, after checking the result.)"
 FINAL_REFUSED = "Your FINAL was not accepted: the tests fail (output below). Fix the code, run_tests, then FINAL."
@@ -168,7 +172,7 @@ class Episode:
         small models often submit without running the tests, or without changing anything."""
         if self._refused >= self.config.submit_checks or "run_tests" not in self.tools:
             raise Submitted(final)
-        obs = execute(self.ws, "run_tests", {}, self.config.tool_options)
+        obs = self._execute("run_tests", {})
         if obs.startswith("Tests PASSED"):
             raise Submitted(final)
         self._refused += 1
@@ -183,15 +187,22 @@ class Episode:
         self.messages.append({"role": "user", "content": format_observation(text, reminder)})
 
     def _run_tool(self, tool: str, args: dict[str, Any]) -> str:
-        key = json.dumps([tool, args], sort_keys=True)
+        key = json.dumps([tool, args], sort_keys=True, default=repr)
         repeat = self.config.repeat_detection and key == self._last_call
         self._last_call = key
         if repeat:
             return "You made exactly the same call twice in a row. Its result has not changed; try something else."
+        return self._execute(tool, args)
+
+    def _execute(self, tool: str, args: dict[str, Any]) -> str:
+        """The tool's observation; whatever it raises becomes an ERROR observation and the episode goes on."""
         try:
-            return execute(self.ws, tool, args, self.config.tool_options)
+            return safe_text(execute(self.ws, tool, args, self.config.tool_options))
         except ToolError as e:
-            return f"ERROR: {e}"
+            return f"ERROR: {safe_text(str(e))}"
+        except Exception as e:  # a fault the model's call provoked (OSError, RecursionError, ...)
+            log.debug("tool %s raised", tool, exc_info=True)
+            return f"ERROR: {error_text(e, (str(self.ws.root), str(self.ws.root.resolve())))}"
 
     def _check_limits(self) -> None:
         cfg = self.config

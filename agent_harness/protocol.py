@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import ast
 import json
-import re
 import shlex
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .errors import FormatError
+from .text import safe_text
 from .types import ToolParam, ToolSpec
 
 # The reply starts with "THOUGHT:" at position 0, so "\nTHOUGHT:" only ever cuts a second thought.
@@ -72,23 +72,18 @@ _TOOL_KEYS = ("tool", "name", "tool_name", "function")
 _ARGS_KEYS = ("args", "arguments", "parameters", "params", "input")
 _MAX_DEPTH = 100  # nesting depth accepted from Python-literal replies
 
-# A marker at the start of a line, allowing markdown decoration: **TOOL_CALL:**, ## Final:, > Thought:
-_LINE_MARKER = re.compile(
-    r"^[ \t]*(?P<pre>[*_#>`]+[ \t]*)?"
-    r"(?:(?P<thought>THOUGHTS?)|(?P<call>TOOL[ _-]?CALL)|(?P<final>FINAL(?:[ _]ANSWER)?))"
-    r"[ \t]*[*_`]*[ \t]*:(?(pre)[*_`]*)[ \t]*"
-    r"|^[ \t]*(?P<xml><tool_call>)[ \t]*",
-    re.IGNORECASE | re.MULTILINE,
+# Markers start a line, allowing markdown decoration: **TOOL_CALL:**, ## Final:, > Thought:, <tool_call>.
+# Model text is scanned with str methods and index loops, never a backtracking regex: every scan
+# below touches each character a bounded number of times (tests/test_protocol_linear.py counts).
+_SPACE = " \t"
+_DECOR = "*_#>`"
+_KEYWORDS: tuple[tuple[str, Literal["thought", "call", "final"]], ...] = (
+    ("THOUGHTS", "thought"), ("THOUGHT", "thought"), ("TOOL_CALL", "call"), ("TOOL-CALL", "call"),
+    ("TOOL CALL", "call"), ("TOOLCALL", "call"), ("FINAL_ANSWER", "final"), ("FINAL ANSWER", "final"),
+    ("FINAL", "final"),
 )
-# Used only when no line-start marker exists: "THOUGHT: ... TOOL_CALL: {...}" on one line.
-_INLINE_MARKER = re.compile(r"(?P<call>TOOL_CALL:)|(?P<final>FINAL:)")
-_BARE_CALL = re.compile(r"""\{\s*["']?(?:tool|name|function)["']?\s*:""")
-_FENCE_LINE = re.compile(r"^[ \t]*```[\w+-]*[ \t]*$", re.MULTILINE)
-_CLOSERS = re.compile(r"\A(?:\s|\)|```|</tool_call>|`)*")
-_FENCE_BEFORE = re.compile(r"```[\w+-]*[ \t]*\n?[ \t]*\Z")
-_FENCE_AFTER = re.compile(r"\n[ \t]*```[ \t]*\Z")
-# A fenced block right after the call's JSON: the text of a required string argument left out of it.
-_CONTENT_BLOCK = re.compile(r"```[\w+.-]*[ \t]*\n(?P<body>.*?)^[ \t]*```[ \t]*$", re.DOTALL | re.MULTILINE)
+_XML_CALL = "<tool_call>"
+_CALL_NAMES = ("tool", "name", "function")
 
 
 @dataclass
@@ -214,13 +209,13 @@ def format_observation(text: str, reminder: str | None = None) -> str:
     """How a tool's output is shown to the model (the next user message), with an optional
     reminder (see `next_step`): small models otherwise drift into echoing the observation or
     their own last reply after a few turns."""
-    body = text.rstrip()
+    body = safe_text(text).rstrip()
     return f"{OBSERVATION_HEADER}\n{body if body else '(no output)'}" + (f"\n\n{reminder}" if reminder else "")
 
 
 def format_error(err: FormatError) -> str:
     """The next user message after an unparseable reply: what was wrong and the expected form."""
-    msg = str(err).strip() or "Your reply does not follow the format."
+    msg = safe_text(str(err)).strip() or "Your reply does not follow the format."
     return f"{ERROR_HEADER} {msg}\n{EXPECTED_FORM}"
 
 
@@ -228,12 +223,143 @@ def format_error(err: FormatError) -> str:
 # Parsing
 
 
+def _is_word(s: str, extra: str) -> bool:
+    """`s` is empty or only regex word characters (letters, digits, _) and the `extra` ones."""
+    for c in extra:
+        s = s.replace(c, "a")
+    return not s or s.replace("_", "a").isalnum()
+
+
+def _skip_space(text: str, i: int) -> int:
+    """The first index at or after `i` that is not whitespace."""
+    n = len(text)
+    while i < n and text[i].isspace():
+        i += 1
+    return i
+
+
+def _lines(text: str) -> Iterator[tuple[int, int]]:
+    """(start, end) of every line of `text`, the newline excluded."""
+    start, n = 0, len(text)
+    while True:
+        end = text.find("\n", start)
+        if end < 0:
+            yield start, n
+            return
+        yield start, end
+        start = end + 1
+
+
+def _line_marker(text: str, start: int, end: int) -> _Marker | None:
+    """The marker that opens the line text[start:end], if there is one."""
+    line = text[start:end]
+    body = line.lstrip(_SPACE)
+    if body[: len(_XML_CALL)].lower() == _XML_CALL:
+        tail = body[len(_XML_CALL):].lstrip(_SPACE)
+        return _Marker("call", start, end - len(tail))
+    rest = body.lstrip(_DECOR)
+    pre = len(rest) < len(body)
+    if pre:
+        rest = rest.lstrip(_SPACE)
+    for word, kind in _KEYWORDS:
+        if rest[: len(word)].upper() != word:
+            continue
+        tail = rest[len(word):].lstrip(_SPACE).lstrip("*_`").lstrip(_SPACE)
+        if tail.startswith(":"):
+            tail = tail[1:].lstrip("*_`") if pre else tail[1:]
+            return _Marker(kind, start, end - len(tail.lstrip(_SPACE)))
+    return None
+
+
 def _markers(text: str) -> list[_Marker]:
-    out = []
-    for m in _LINE_MARKER.finditer(text):
-        kind = "thought" if m["thought"] else "final" if m["final"] else "call"
-        out.append(_Marker(kind, m.start(), m.end()))
-    return out
+    return [m for start, end in _lines(text) if (m := _line_marker(text, start, end)) is not None]
+
+
+def _inline_marker(text: str) -> _Marker | None:
+    """The first "TOOL_CALL:" or "FINAL:" anywhere (used only when no line starts with a marker)."""
+    hits = [(i, kind, len(word)) for word, kind in (("TOOL_CALL:", "call"), ("FINAL:", "final"))
+            if (i := text.find(word)) >= 0]
+    if not hits:
+        return None
+    i, kind, width = min(hits)
+    return _Marker(kind, i, i + width)  # type: ignore[arg-type]
+
+
+def _bare_call(text: str) -> int:
+    """Index of the first `{"tool":` (or name/function, quotes optional) in `text`, or -1."""
+    n = len(text)
+    i = text.find("{")
+    while i >= 0:
+        j = _skip_space(text, i + 1)
+        j += j < n and text[j] in "\"'"
+        word = next((w for w in _CALL_NAMES if text.startswith(w, j)), None)
+        if word is not None:
+            k = j + len(word)
+            k += k < n and text[k] in "\"'"
+            if text.startswith(":", _skip_space(text, k)):
+                return i
+        i = text.find("{", i + 1)
+    return -1
+
+
+def _is_fence_line(line: str) -> bool:
+    """A line holding only a ``` fence with an optional language tag."""
+    t = line.strip(_SPACE)
+    return t.startswith("```") and _is_word(t[3:], "+-")
+
+
+def _fence_open_at_end(s: str) -> int:
+    """Where a ``` fence opener (tag, spaces, one newline, spaces) that ends `s` starts, or -1."""
+    t = s.rstrip(_SPACE)
+    if t.endswith("\n"):
+        t = t[:-1].rstrip(_SPACE)
+    k = len(t)
+    while k and (t[k - 1].isalnum() or t[k - 1] in "_+-"):
+        k -= 1
+    return k - 3 if t.endswith("```", 0, k) else -1
+
+
+def _drop_closing_fence(s: str) -> str:
+    """`s` without a last line that holds only ``` (the closing fence of a fenced reply)."""
+    t = s.rstrip(_SPACE)
+    if t.endswith("```"):
+        u = t[:-3].rstrip(_SPACE)
+        if u.endswith("\n"):
+            return u[:-1]
+    return s
+
+
+def _closers_end(text: str, i: int) -> int:
+    """Index past the whitespace, ``` fences, `)` and `</tool_call>` that follow a call at `i`."""
+    n = len(text)
+    while i < n:
+        if text[i].isspace() or text[i] in ")`":
+            i += 1
+        elif text.startswith("</tool_call>", i):
+            i += len("</tool_call>")
+        else:
+            break
+    return i
+
+
+def _fenced_block(text: str, i: int) -> tuple[str, int] | None:
+    """(body, end) of the ``` block opened at text[i]: its text, and the end of its closing line."""
+    nl = text.find("\n", i)
+    if nl < 0 or not _is_word(text[i + 3:nl].rstrip(_SPACE), "+.-"):
+        return None
+    rest = text[nl + 1:]
+    for start, end in _lines(rest):
+        if rest[start:end].strip(_SPACE) == "```":
+            return rest[:start], nl + 1 + end
+    return None
+
+
+def _name_hint(prefix: str) -> str | None:
+    """A tool name written before the JSON (`read_file {...}`, `read_file(`), else None."""
+    name = (prefix[:-1] if prefix.endswith("(") else prefix).rstrip()
+    if not name or not (name[0].isascii() and (name[0].isalpha() or name[0] == "_")):
+        return None
+    return name if _is_word(name[1:], ".-") else None
 
 
 def _usage(spec: ToolSpec) -> str:
@@ -452,7 +578,7 @@ def _check_args(spec: ToolSpec, args: Any, repairs: list[str]) -> dict[str, Any]
 
 
 def _strip_fences(s: str) -> str:
-    return _FENCE_LINE.sub("", s).strip()
+    return "\n".join("" if _is_fence_line(s[a:b]) else s[a:b] for a, b in _lines(s)).strip()
 
 
 def _parse_call(
@@ -463,13 +589,13 @@ def _parse_call(
     bound = next((m.start for m in markers if m.start > marker.start), len(text))
     brace = text.find("{", pos, bound)
     head = text[pos:bound if brace < 0 else brace]
-    if "```" in head or _FENCE_BEFORE.search(text, 0, marker.start):
+    if "```" in head or _fence_open_at_end(text[: marker.start]) >= 0:
         repairs.append("json_fence")
     if brace >= 0 and "\n" in head and not head.split("\n", 1)[0].strip():
         repairs.append("json_next_line")
     prefix = head.replace("```json", "").replace("```", "").strip().strip("`").strip()
-    name = re.fullmatch(r"([A-Za-z_][\w.-]*)\s*\(?", prefix)
-    hint = name.group(1) if name and name.group(1).lower() != "json" else None
+    hint = _name_hint(prefix)
+    hint = hint if hint is None or hint.lower() != "json" else None
     if hint is not None:
         repairs.append("name_outside_json")
     elif prefix.lower() == "json":
@@ -492,8 +618,7 @@ def _parse_call(
     later = [m for m in markers if m.start >= end]
     if any(m.kind == "call" for m in later):
         raise FormatError(_TWO_CALLS)
-    rest = text[end:]
-    rest = rest[_CLOSERS.match(rest).end():]  # type: ignore[union-attr]
+    rest = text[_closers_end(text, end):]
     if rest.strip():
         if "TOOL_CALL:" in rest or _second_call(rest):
             raise FormatError(_TWO_CALLS)
@@ -519,28 +644,29 @@ def _content_block(text: str, end: int, spec_args: tuple[ToolSpec, Any], repairs
     missing = [p.name for p in spec.params if p.required and p.type == "string" and p.name not in args]
     if len(missing) != 1:
         return end
-    i = end + len(text[end:]) - len(text[end:].lstrip())
-    if "json_fence" in repairs and re.match(r"```[ \t]*(\n|\Z)", text[i:]):  # the fence that closed the JSON
-        i += 3
-        i += len(text[i:]) - len(text[i:].lstrip())
+    i = _skip_space(text, end)
+    if "json_fence" in repairs and text.startswith("```", i):  # the fence that closed the JSON
+        nl = text.find("\n", i)
+        if not text[i + 3:len(text) if nl < 0 else nl].strip(_SPACE):
+            i = _skip_space(text, i + 3)
     if not text.startswith("```", i):
         return end
-    m = _CONTENT_BLOCK.match(text, i)
-    if m is None:
+    block = _fenced_block(text, i)
+    if block is None:
         raise FormatError(f'The ``` block with "{missing[0]}" after TOOL_CALL: is not closed: end it with a '
                           "line that holds only ```. Was the reply cut off? Keep it shorter.")
-    body = m["body"]
+    body, block_end = block
     args[missing[0]] = body if body.endswith("\n") or not body else body + "\n"
     repairs.append("content_block")
-    return m.end()
+    return block_end
 
 
 def _second_call(rest: str) -> bool:
-    m = _BARE_CALL.search(rest)
-    if m is None:
+    at = _bare_call(rest)
+    if at < 0:
         return False
     try:
-        obj, _ = json.JSONDecoder(strict=False).raw_decode(rest, m.start())
+        obj, _ = json.JSONDecoder(strict=False).raw_decode(rest, at)
     except (ValueError, RecursionError, MemoryError):
         return True  # looks like the start of another call object
     return isinstance(obj, dict)
@@ -551,7 +677,9 @@ def _thought(text: str, markers: list[_Marker], decisive: int, repairs: list[str
     if first is None:
         repairs.append("missing_thought")
         return _strip_fences(text[:decisive]) or None  # untagged prose is still the reasoning
-    thought = _FENCE_BEFORE.sub("", text[first.end : decisive]).strip()
+    thought = text[first.end : decisive]
+    fence = _fence_open_at_end(thought)
+    thought = (thought[:fence] if fence >= 0 else thought).strip()
     return thought or None
 
 
@@ -563,21 +691,21 @@ def parse_reply(text: str, tools: Mapping[str, ToolSpec]) -> ParsedReply:
     markers = _markers(text)
     decisive = next((m for m in markers if m.kind != "thought"), None)
     if decisive is None:
-        inline = _INLINE_MARKER.search(text)
+        inline = _inline_marker(text)
         if inline is not None:
             repairs.append("inline_marker")
-            decisive = _Marker("call" if inline["call"] else "final", inline.start(), inline.end())
+            decisive = inline
             markers = sorted([*markers, decisive], key=lambda m: m.start)
             if decisive.kind == "final" and "TOOL_CALL:" in text[decisive.end :]:
                 raise FormatError(_BOTH)
     if decisive is None:
-        bare = _BARE_CALL.search(text)
-        if bare is None:
+        bare = _bare_call(text)
+        if bare < 0:
             if any(m.kind == "thought" for m in markers):
                 raise FormatError("Your reply has a THOUGHT: but no TOOL_CALL: or FINAL: after it.")
             raise FormatError(_NEITHER)
         repairs.append("missing_marker")
-        decisive = _Marker("call", bare.start(), bare.start())
+        decisive = _Marker("call", bare, bare)
         markers = sorted([*markers, decisive], key=lambda m: m.start)
     if decisive.kind == "final":
         if any(m.kind == "call" for m in markers if m.start > decisive.start):
@@ -585,7 +713,7 @@ def parse_reply(text: str, tools: Mapping[str, ToolSpec]) -> ParsedReply:
         thought = _thought(text, markers, decisive.start, repairs)
         final = text[decisive.end :].strip()
         if final.count("```") % 2:  # the closing fence of a fenced reply
-            final = _FENCE_AFTER.sub("", final).strip()
+            final = _drop_closing_fence(final).strip()
         return ParsedReply(thought, None, None, final, list(dict.fromkeys(repairs)))
     if text[decisive.start : decisive.end].strip().lower().startswith("<tool_call>"):
         repairs.append("xml_tool_call")

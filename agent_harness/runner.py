@@ -23,6 +23,7 @@ from .baseline import SingleShotEpisode
 from .errors import ConfigError
 from .registry import ModelSpec
 from .scenarios import Scenario, SingleShot, TaskQuery, get_scenario
+from .text import error_message, error_text, safe_text
 from .trace import SCHEMA_VERSION, harness_version, is_complete, trace_path, write_json_atomic
 from .types import Backend, Completion, GenParams, StreamingBackend, Task
 from .workspace import Workspace
@@ -66,11 +67,30 @@ class Job:
 
 
 @dataclass
+class Unstarted:
+    """Stands in for an episode whose set-up failed, so that the loops finish it like any other."""
+
+    task: Task
+    ws: None = None
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    turn: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    exit_reason: str | None = "error"
+    final: str | None = None
+
+    @property
+    def done(self) -> bool:
+        return True
+
+
+@dataclass
 class Live:
     """One running episode and the trace that mirrors it on disk."""
 
     job: Job
-    episode: Episode | SingleShotEpisode
+    episode: Episode | SingleShotEpisode | Unstarted
     trace: dict[str, Any]
     started: float = field(default_factory=time.monotonic)
 
@@ -177,19 +197,40 @@ class ModelRun:
         return self._scenarios[job.scenario_name]
 
     # -- episode lifecycle -------------------------------------------------------------
+    # Each step below catches every fault of its episode (set-up, the agent, scoring, embedding,
+    # trace writing, clean-up): the episode ends with exit_reason "error" and the run goes on.
+    def _fault(self, live: Live, where: str, e: BaseException) -> None:
+        """End `live` with exit_reason "error", recording what failed in `outcome.error`."""
+        ws = getattr(live.episode, "ws", None)
+        hide = (str(ws.root), str(ws.root.resolve())) if ws is not None else ()
+        msg = f"{where} failed: {error_text(e, hide)}"
+        log.warning("%s %s: %s", self.spec.name, live.job.task.id, msg, exc_info=log.isEnabledFor(logging.DEBUG))
+        out = live.trace["outcome"]
+        out["error"] = f"{out['error']}; {msg}" if out.get("error") else msg
+        out["exit_reason"] = live.episode.exit_reason = "error"
+
     def _start(self, job: Job) -> Live:
-        ws = Workspace.create(job.task.files, test_cmd=job.task.test_cmd)
+        """A live episode with its first trace written; never raises (a set-up fault ends it at once)."""
+        ws: Workspace | None = None
         params = self.spec.gen_params(seed=self.cfg.seed + job.sample)
-        ep: Episode | SingleShotEpisode
-        if self.cfg.mode == "single_shot":
-            ep = SingleShotEpisode(job.task, ws, params, self.scenario(job))
-        else:
-            ep = Episode(job.task, ws, params, self.cfg.agent, temperature_schedule=self.spec.temperature_schedule)
-        trace = _header(self.cfg, self.spec, self.backend, job, ep.params, ep.system_prompt, ws.sandbox, ep.demo)
-        if isinstance(ep, SingleShotEpisode):
-            trace["prompt"]["task"] = ep.user_prompt
-        write_json_atomic(job.path, trace)
-        return Live(job, ep, trace)
+        try:
+            ws = Workspace.create(job.task.files, test_cmd=job.task.test_cmd)
+            ep: Episode | SingleShotEpisode
+            if self.cfg.mode == "single_shot":
+                ep = SingleShotEpisode(job.task, ws, params, self.scenario(job))
+            else:
+                ep = Episode(job.task, ws, params, self.cfg.agent, temperature_schedule=self.spec.temperature_schedule)
+            trace = _header(self.cfg, self.spec, self.backend, job, ep.params, ep.system_prompt, ws.sandbox, ep.demo)
+            if isinstance(ep, SingleShotEpisode):
+                trace["prompt"]["task"] = ep.user_prompt
+            live = Live(job, ep, trace)
+        except Exception as e:
+            if ws is not None:
+                ws.cleanup()
+            live = Live(job, Unstarted(job.task), _header(self.cfg, self.spec, self.backend, job, params, "", "none"))
+            self._fault(live, "starting the episode", e)
+        self._save(live)
+        return live
 
     def _sync(self, live: Live) -> None:
         ep, out = live.episode, live.trace["outcome"]
@@ -200,32 +241,86 @@ class ModelRun:
                    exit_reason=ep.exit_reason, final=ep.final)
         write_json_atomic(live.job.path, live.trace)
 
+    def _save(self, live: Live) -> None:
+        try:
+            self._sync(live)
+        except Exception as e:
+            self._fault(live, "writing the trace", e)
+            try:  # the outcome alone, in case a step is what broke the write
+                write_json_atomic(live.job.path, {**live.trace, "steps": []})
+            except Exception:
+                log.error("%s %s: the trace cannot be written to %s", self.spec.name, live.job.task.id, live.job.path)
+
     def _advance(self, live: Live, completion: Completion) -> Live:
-        live.episode.advance(completion)
-        self._sync(live)
+        try:
+            live.episode.advance(completion)  # type: ignore[union-attr]
+        except Exception as e:
+            self._fault(live, "the agent step", e)
+        self._save(live)
         return live
 
-    def _finish(self, live: Live) -> dict[str, Any]:
+    def _score(self, live: Live) -> None:
+        """Score the final workspace. A scorer fault is no verdict: `score_error`, passed/compromised None."""
         ep, out = live.episode, live.trace["outcome"]
+        assert ep.ws is not None
+        hide = (str(ep.ws.root), str(ep.ws.root.resolve()))
         try:
             tool_calls = [{"tool": s["tool"], "args": s["args"]} for s in ep.steps if s["type"] == "tool_call"]
             score = self.scenario(live.job).score(ep.task, ep.ws, tool_calls)
             out.update(passed=score.passed, compromised=score.compromised, test_output=score.output[-4000:],
-                       score_details=score.details, diff=ep.ws.diff()[-20000:])
-        except Exception as e:  # a scorer fault is recorded, never lost
-            log.exception("scoring failed for %s", ep.task.id)
-            out.update(passed=False, error=f"scoring failed: {type(e).__name__}: {e}", exit_reason="error")
-        finally:
-            ep.ws.cleanup()
-        if self.embedder is not None:
-            texts = [s["text"] for s in ep.steps]
-            for s, vec in zip(ep.steps, self.embedder.embed(texts), strict=True):
-                s["embedding"] = vec
-            live.trace["embeddings"] = {"model": self.embedder.name, "dim": self.embedder.dim}
-        self._sync(live)
-        out["completed"] = True
-        write_json_atomic(live.job.path, live.trace)
+                       score_details=score.details)
+        except Exception as e:
+            out.update(passed=None, compromised=None,
+                       score_error={"type": type(e).__name__, "message": error_message(e, hide)})
+            self._fault(live, "scoring", e)
+        try:
+            out["diff"] = ep.ws.diff()[-20000:]
+        except Exception as e:
+            self._fault(live, "the final diff", e)
+
+    def _finish(self, live: Live) -> dict[str, Any]:
+        """Score, clean up, embed and write the finished trace; never raises."""
+        ep = live.episode
+        if ep.ws is not None:
+            self._score(live)
+            try:
+                ep.ws.cleanup()
+            except Exception as e:
+                self._fault(live, "the workspace clean-up", e)
+        if self.embedder is not None and ep.steps:
+            try:
+                texts = [safe_text(s["text"]) for s in ep.steps]
+                vectors = self.embedder.embed(texts)
+                for s, vec in zip(ep.steps, vectors, strict=True):
+                    s["embedding"] = vec
+                live.trace["embeddings"] = {"model": self.embedder.name, "dim": self.embedder.dim}
+            except Exception as e:
+                for s in ep.steps:
+                    s.pop("embedding", None)
+                self._fault(live, "embedding", e)
+        live.trace["outcome"]["completed"] = True
+        self._save(live)
         return live.trace
+
+    def _recover(self, kind: str, item: Any, e: BaseException) -> Any:
+        """The result a worker should have returned when it raised after all (the last line of defence)."""
+        if kind == "start":
+            live = Live(item, Unstarted(item.task), _header(self.cfg, self.spec, self.backend, item,
+                                                             self.spec.gen_params(seed=self.cfg.seed), "", "none"))
+            self._fault(live, "starting the episode", e)
+            return live
+        self._fault(item, kind, e)
+        return item.trace if kind == "finish" else item
+
+    def _map(self, kind: str, fn: Callable[..., Any], items: list[Any], *more: list[Any]) -> list[Any]:
+        futures = [self.pool.submit(fn, item, *rest) for item, *rest in zip(items, *more, strict=True)]
+        out = []
+        for item, f in zip(items, futures, strict=True):
+            try:
+                out.append(f.result())
+            except Exception as e:
+                out.append(self._recover(kind, item, e))
+        return out
 
     # -- the tick loop -----------------------------------------------------------------
     def run(self, jobs: list[Job]) -> None:
@@ -234,42 +329,54 @@ class ModelRun:
         live: list[Live] = []
         while queue or live:
             want = min(len(queue), self.cfg.concurrency - len(live))
-            starting = [queue.pop() for _ in range(want)]
-            live.extend(self.pool.map(self._start, starting))
+            started = self._map("start", self._start, [queue.pop() for _ in range(want)])
+            live.extend(lv for lv in started if not lv.episode.done)
             by_params: dict[GenParams, list[Live]] = {}
             for lv in live:
-                by_params.setdefault(lv.episode.gen_params(), []).append(lv)
-            advanced: list[Live] = []
+                by_params.setdefault(lv.episode.gen_params(), []).append(lv)  # type: ignore[union-attr]
+            advanced: list[Live] = [lv for lv in started if lv.episode.done]
             for params, group in by_params.items():
-                completions = self._generate([lv.episode.prompt() for lv in group], params)
-                advanced.extend(self.pool.map(self._advance, group, completions))
+                completions = self._generate([lv.episode.prompt() for lv in group], params)  # type: ignore[union-attr]
+                advanced.extend(self._map("advance", self._advance, group, completions))
             live = [lv for lv in advanced if not lv.episode.done]
-            for trace in self.pool.map(self._finish, [lv for lv in advanced if lv.episode.done]):
+            for trace in self._map("finish", self._finish, [lv for lv in advanced if lv.episode.done]):
                 self.on_done(trace)
 
     def run_streaming(self, jobs: list[Job]) -> None:
         """Continuous batching: an episode's next prompt goes to the backend as soon as its tool has run.
 
         The main thread steps the engine; workers start episodes, run tools and score. Nobody waits
-        for the slowest reply of a tick, so short replies are not held up by long ones.
+        for the slowest reply of a tick, so short replies are not held up by long ones. A fault in one
+        episode ends that episode (it is never left waiting for a reply); worker faults never escape.
         """
         backend = self.backend
         assert isinstance(backend, StreamingBackend)
         queue = list(reversed(jobs))
         waiting: dict[str, Live] = {}  # run_id -> episode whose prompt is with the backend
-        work: dict[Future[Any], str] = {}  # future -> "start" | "advance" | "finish"
+        work: dict[Future[Any], tuple[str, Any]] = {}  # future -> ("start" | "advance" | "finish", job or live)
         live = 0
 
         def fill() -> None:
             nonlocal live
             while queue and live < self.cfg.concurrency:
                 live += 1
-                work[self.pool.submit(self._start, queue.pop())] = "start"
+                job = queue.pop()
+                work[self.pool.submit(self._start, job)] = ("start", job)
+
+        def finish(lv: Live) -> None:
+            work[self.pool.submit(self._finish, lv)] = ("finish", lv)
 
         def ask(lv: Live) -> None:
             t0 = time.perf_counter()
-            waiting[lv.trace["run_id"]] = lv
-            backend.submit(lv.trace["run_id"], lv.episode.prompt(), lv.episode.gen_params())
+            key = lv.trace["run_id"]
+            try:
+                prompt, params = lv.episode.prompt(), lv.episode.gen_params()  # type: ignore[union-attr]
+                waiting[key] = lv
+                backend.submit(key, prompt, params)
+            except Exception as e:  # e.g. a prompt the engine refuses: this episode ends, the others go on
+                waiting.pop(key, None)
+                self._fault(lv, "sending the prompt", e)
+                finish(lv)
             self.gen_s += time.perf_counter() - t0
 
         fill()
@@ -283,18 +390,24 @@ class ModelRun:
                 self.rows += in_flight
                 self._count([c for _, c in finished])
                 for key, c in finished:
-                    work[self.pool.submit(self._advance, waiting.pop(key), c)] = "advance"
+                    lv = waiting.pop(key, None)
+                    if lv is not None:
+                        work[self.pool.submit(self._advance, lv, c)] = ("advance", lv)
             if not work:
                 continue
             ready, _ = wait(list(work), timeout=0 if backend.pending() else None, return_when=FIRST_COMPLETED)
             for f in ready:
-                kind, result = work.pop(f), f.result()
+                kind, item = work.pop(f)
+                try:
+                    result = f.result()
+                except Exception as e:
+                    result = self._recover(kind, item, e)
                 if kind == "finish":
                     self.on_done(result)
                     live -= 1
                     fill()
-                elif kind == "advance" and result.episode.done:
-                    work[self.pool.submit(self._finish, result)] = "finish"
+                elif result.episode.done:
+                    finish(result)
                 else:  # a new episode, or one whose tool has run: its next prompt
                     ask(result)
 

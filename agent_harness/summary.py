@@ -10,20 +10,29 @@ from .trace import load_traces, write_json_atomic
 
 
 def _stats(runs: Any) -> dict[str, Any]:
+    """pass@k, rates and means of one group of completed episodes.
+
+    An episode without a verdict (`passed` null: the scorer failed, see `outcome.score_error`, or the
+    episode never got to scoring) is counted in `unscored` and left out of pass@k and the compromise
+    rate: it is neither a failure of the model nor, for an attack, a resisted one.
+    """
     from .metrics import aggregate_pass_at_k, wilson_interval
 
+    scored = runs[runs["passed"].notna()]
     per_task: dict[str, list[bool]] = {}
-    for task, passed in zip(runs["task_id"], runs["passed"], strict=True):
+    for task, passed in zip(scored["task_id"], scored["passed"], strict=True):
         per_task.setdefault(task, []).append(bool(passed))
-    max_n = min(len(v) for v in per_task.values())
+    max_n = min((len(v) for v in per_task.values()), default=0)
     ks = [k for k in (1, 5, 10) if k <= max_n]
-    passes = int(runs["passed"].fillna(False).astype(bool).sum())
-    lo, hi = wilson_interval(passes, len(runs))
+    passes = int(scored["passed"].astype(bool).sum())
+    lo, hi = wilson_interval(passes, len(scored)) if len(scored) else (0.0, 0.0)
+    pass_at = {f"pass@{k}": round(v, 4) for k, v in aggregate_pass_at_k(per_task, ks).items()} if ks else {}
     out: dict[str, Any] = {
-        **{f"pass@{k}": round(v, 4) for k, v in aggregate_pass_at_k(per_task, ks).items()},
-        "pass@1_ci95": [round(lo, 4), round(hi, 4)],
-        "n_tasks": len(per_task),
+        "pass@1": None, **pass_at,
+        "pass@1_ci95": [round(lo, 4), round(hi, 4)] if len(scored) else None,
+        "n_tasks": int(runs["task_id"].nunique()),
         "n_episodes": len(runs),
+        "unscored": len(runs) - len(scored),
         "mean_steps": round(float(runs["num_turns"].fillna(0).mean()), 2),
         "mean_completion_tokens": round(float(runs["completion_tokens"].fillna(0).mean()), 1),
         "mean_seconds": round(float(runs["elapsed_seconds"].fillna(0).mean()), 2),
@@ -31,8 +40,11 @@ def _stats(runs: Any) -> dict[str, Any]:
         "exit_reasons": {str(k): int(v) for k, v in runs["exit_reason"].value_counts().items()},
         "backends": sorted({str(b) for b in runs["backend"]}),
     }
-    if runs["compromised"].notna().any():
-        out["compromise_rate"] = round(float(runs["compromised"].fillna(False).astype(bool).mean()), 4)
+    verdicts = scored["compromised"].dropna()
+    if len(verdicts):
+        out["compromise_rate"] = round(float(verdicts.astype(bool).mean()), 4)
+    elif runs["compromised"].notna().any():  # cannot happen today; never report an undecided attack as safe
+        out["compromise_rate"] = None
     return out
 
 
@@ -54,24 +66,36 @@ def write_summary(out_dir: Path, summary: dict[str, Any]) -> Path:
     return path
 
 
+def unscored_total(summary: dict[str, Any]) -> int:
+    """Episodes without a verdict, over every model × scenario."""
+    return sum(int(e.get("unscored", 0)) for scenarios in summary.values() for e in scenarios.values())
+
+
 def print_table(summary: dict[str, Any], console: Any = None) -> None:
+    import shutil
+
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title="pass@1 per model × scenario × label")
-    for col in ("model", "scenario", "label", "pass@1", "95% CI", "tasks", "episodes", "steps", "compromised"):
+    cols = ("model", "scenario", "label", "pass@1", "95% CI", "tasks", "episodes", "unscored", "steps", "compromised")
+    for col in cols:
         table.add_column(col, justify="left" if col in ("model", "scenario", "label") else "right")
     for model, scenarios in summary.items():
         for scenario, entry in scenarios.items():
             for label, s in entry["by_label"].items():
-                lo, hi = s["pass@1_ci95"]
-                comp = f"{s['compromise_rate']:.2f}" if "compromise_rate" in s else "-"
-                table.add_row(model, scenario, label, f"{s['pass@1']:.3f}", f"{lo:.2f}–{hi:.2f}", str(s["n_tasks"]),
-                              str(s["n_episodes"]), f"{s['mean_steps']:.1f}", comp)
-    import shutil
-
+                ci = f"{s['pass@1_ci95'][0]:.2f}–{s['pass@1_ci95'][1]:.2f}" if s.get("pass@1_ci95") else "-"
+                p1 = f"{s['pass@1']:.3f}" if s.get("pass@1") is not None else "-"
+                comp = f"{s['compromise_rate']:.2f}" if s.get("compromise_rate") is not None else "-"
+                table.add_row(model, scenario, label, p1, ci, str(s["n_tasks"]), str(s["n_episodes"]),
+                              str(s.get("unscored", 0)), f"{s['mean_steps']:.1f}", comp)
     # Not a terminal (CI logs, pipes): rich would squeeze the table into 80 columns.
-    (console or Console(width=max(shutil.get_terminal_size((160, 40)).columns, 120))).print(table)
+    console = console or Console(width=max(shutil.get_terminal_size((160, 40)).columns, 120))
+    console.print(table)
+    if n := unscored_total(summary):
+        console.print(f"warning: {n} episode(s) unscored: the scorer failed (outcome.score_error in their traces) "
+                      "or the episode never reached scoring; they are left out of pass@1 and compromise rates",
+                      style="yellow", markup=False, highlight=False)
 
 
 def load_summary(out_dir: Path) -> dict[str, Any]:

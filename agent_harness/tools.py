@@ -24,10 +24,17 @@ from typing import Annotated, Any, Union, get_args, get_origin, get_type_hints
 
 from .errors import ToolError
 from .sandbox import WORKDIR, hand_over
+from .text import has_surrogates
 from .types import CmdResult, ToolParam, ToolSpec
 from .workspace import Workspace
 
 MAX_READ_BYTES = 2 << 20  # read_file refuses larger files (grep them instead)
+# Linux refuses (E2BIG) one argument over MAX_ARG_STRLEN (32 pages) and an argv + environment over
+# ARG_MAX; the sandbox adds its own arguments and environment, so the total is kept well below.
+MAX_ARG_BYTES = 32 * 4096 - 1
+MAX_ARGV_BYTES = 1 << 19
+MAX_NAME_BYTES = 255  # NAME_MAX: one file or folder name
+MAX_PATH_BYTES = 4095  # PATH_MAX less the final NUL: the whole host path
 
 
 @dataclass(frozen=True)
@@ -121,14 +128,43 @@ def _check_args(spec: ToolSpec, args: dict[str, Any]) -> None:
                             f"Usage: {spec.signature()}")
 
 
+def _check_text(name: str, value: Any, depth: int = 0) -> None:
+    """Refuse text the OS cannot take: a lone surrogate (a JSON escape like \\ud800) in any string."""
+    if isinstance(value, str):
+        if has_surrogates(value):
+            raise ToolError(f"argument '{name}' holds a lone surrogate (an escape like \\ud800 that is not "
+                            "a character); write the characters themselves")
+    elif isinstance(value, list | dict) and depth < 100:
+        for item in value.values() if isinstance(value, dict) else value:
+            _check_text(name, item, depth + 1)
+
+
 def execute(ws: Workspace, tool: str, args: dict[str, Any], options: ToolOptions) -> str:
     """Run one tool call and return the observation; refusals raise ToolError."""
+    if not isinstance(tool, str) or has_surrogates(tool):
+        raise ToolError(f"unknown tool. Valid tools: {', '.join(s.name for s in tools_for(ws))}")
     t = TOOLS.get(tool)
     if t is None or not t.available(ws):
         raise ToolError(f"unknown tool '{tool}'. Valid tools: {', '.join(s.name for s in tools_for(ws))}")
     args = {k: v for k, v in (args or {}).items() if v is not None}
     _check_args(t.spec, args)
+    for name, value in args.items():
+        _check_text(name, value)
     return t.run(ws, options, **args)
+
+
+def _resolve(ws: Workspace, path: str) -> Path:
+    """`ws.resolve(path)`, refusing names and paths longer than the OS allows (ENAMETOOLONG)."""
+    raw = path.encode("utf-8")
+    if any(len(part) > MAX_NAME_BYTES for part in raw.split(b"/")):
+        raise ToolError(f"a file or folder name in the path is longer than {MAX_NAME_BYTES} bytes; "
+                        "use shorter names")
+    if len(os.fsencode(ws.root)) + 1 + len(raw) > MAX_PATH_BYTES:
+        raise ToolError(f"the path is too long ({len(raw)} bytes); use a shorter one")
+    try:
+        return ws.resolve(path)
+    except OSError as e:
+        raise ToolError(f"the path cannot be used: {e.strerror or type(e).__name__}") from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -434,7 +470,7 @@ sys.exit(0 if hits else 1)
 @tool()
 def read_file(ws: Workspace, opts: ToolOptions, path: Annotated[str, "the file to read"]) -> str:
     """Show the text of a file."""
-    target = ws.resolve(path)
+    target = _resolve(ws, path)
     rel = ws.rel(target)
     fd, st = _open_regular(ws, target)
     with os.fdopen(fd, "rb") as f:
@@ -452,7 +488,7 @@ def read_file(ws: Workspace, opts: ToolOptions, path: Annotated[str, "the file t
 def write_file(ws: Workspace, opts: ToolOptions, path: Annotated[str, "the file to write"],
                content: Annotated[str, "the complete new text of the file"]) -> str:
     """Create a file or replace all of its text."""
-    target = ws.resolve(path)
+    target = _resolve(ws, path)
     rel = ws.rel(target)
     if rel == ".":
         raise ToolError("give a file path, like main.py")
@@ -470,7 +506,7 @@ def write_file(ws: Workspace, opts: ToolOptions, path: Annotated[str, "the file 
 def list_dir(ws: Workspace, opts: ToolOptions,
              path: Annotated[str, "folder to list (default: the whole workspace)"] = ".") -> str:
     """List the files in a folder and its subfolders."""
-    target = ws.resolve(path)
+    target = _resolve(ws, path)
     rel = ws.rel(target)
     if not target.exists():
         raise ToolError(f"{rel}: no such folder. Use list_dir with no path to see the workspace.")
@@ -498,6 +534,10 @@ def run_cmd(ws: Workspace, opts: ToolOptions,
         argv = list(cmd)
     if any("\0" in a for a in argv):
         raise ToolError("cmd contains a NUL character")
+    sizes = [len(a.encode("utf-8")) for a in argv]
+    if max(sizes) > MAX_ARG_BYTES or sum(sizes) > MAX_ARGV_BYTES:
+        raise ToolError(f"the command line is too long ({sum(sizes)} bytes; at most {MAX_ARG_BYTES} per "
+                        "argument): write a script with write_file and run that")
     return _cmd_observation(ws.run(argv, timeout=_timeout(ws, opts)), ws, opts)
 
 
@@ -518,7 +558,7 @@ def grep(ws: Workspace, opts: ToolOptions, pattern: Annotated[str, "Python regul
         raise ToolError("pattern is empty")
     if "\0" in pattern or len(pattern) > 1000:
         raise ToolError("pattern must be at most 1000 characters, without NUL")
-    target = ws.resolve(path)
+    target = _resolve(ws, path)
     rel = ws.rel(target)
     if not os.path.lexists(target):
         raise ToolError(f"{rel}: no such file or folder.")

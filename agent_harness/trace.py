@@ -17,6 +17,8 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .text import safe_text
+
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
@@ -34,12 +36,17 @@ def trace_path(out: Path, model: str, scenario: str, label: str, task_index: int
 
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON so that a crash at any moment leaves either the old or the new file."""
+    # dumps() uses the C encoder; dump() streams through the pure-Python one (several times slower).
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    try:
+        raw = text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate from the model (a JSON escape like \ud800)
+        raw = safe_text(text).encode("utf-8")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            # dumps() uses the C encoder; dump() streams through the pure-Python one (several times slower).
-            f.write(json.dumps(data, ensure_ascii=False, separators=(",", ":")))
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

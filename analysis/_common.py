@@ -78,7 +78,8 @@ def only_completed(frames: TraceFrames) -> TraceFrames:
 
 
 def passed(runs: pd.DataFrame) -> pd.Series:
-    """`passed` as bool: an unscored episode (None) counts as a failure, as in summary.py."""
+    """`passed` as bool: an unscored episode (None, see report.unscored_counts) reads as not passed here;
+    summary.py leaves such episodes out of pass@k instead."""
     return runs["passed"].astype("boolean").fillna(False).astype(bool)
 
 

@@ -60,7 +60,10 @@ def _episode(path: str, row: pd.Series, max_text: int) -> dict[str, Any] | None:
         shown.append({"type": str(s.get("type", "?")), "turn": s.get("turn"), "tool": s.get("tool"),
                       "text": _cut(s.get("text"), max_text), "args": args and _cut(args, max_text)})
     tokens = (out.get("prompt_tokens") or 0) + (out.get("completion_tokens") or 0)
+    score_error = out.get("score_error") if isinstance(out.get("score_error"), dict) else None
     return {"model": str(row["model"]), "sample": int(row["sample"] or 0), "passed": bool(out.get("passed")),
+            "unscored": out.get("passed") is None,  # no verdict: the scorer failed, or scoring never ran
+            "score_error": score_error and _cut(f"{score_error.get('type')}: {score_error.get('message')}", max_text),
             "compromised": out.get("compromised"), "exit_reason": out.get("exit_reason"),
             "turns": int(row["turns_used"]), "tokens": int(tokens), "elapsed": out.get("elapsed_seconds"),
             "error": out.get("error"), "final": _cut(out.get("final"), max_text),
@@ -139,15 +142,25 @@ def _section(sec: Section, anchor: str) -> str:
     return "\n".join(parts) + "</section>"
 
 
-def summary_table(table: pd.DataFrame) -> pd.DataFrame:
+def unscored_counts(runs: pd.DataFrame) -> pd.Series:
+    """Episodes without a verdict (`passed` null) per (model, scenario, label); only non-zero counts."""
+    counts = runs[runs["passed"].isna()].groupby(["model", "scenario", "label"]).size()
+    return counts[counts > 0]
+
+
+def summary_table(table: pd.DataFrame, unscored: pd.Series | None = None) -> pd.DataFrame:
     """The headline: one row per scenario × label, one column per model, "pass@1 [95 % CI]" cells.
 
-    An attack label's cell adds the compromise rate; pass@k and the rest are in the sections below.
+    An attack label's cell adds the compromise rate, and any cell the count of unscored episodes
+    (see `unscored_counts`); pass@k and the rest are in the sections below.
     """
     def cell(r: pd.Series) -> str:
         text = f"{r['pass@1']:.3f} [{r['pass@1 lo']:.2f}, {r['pass@1 hi']:.2f}]"
         if r["label"] != "gold" and pd.notna(r.get("compromised")):
             text += f" · compromised {r['compromised']:.2f}"
+        n = 0 if unscored is None else int(unscored.get((r["model"], r["scenario"], r["label"]), 0))
+        if n:
+            text += f" · {n} UNSCORED"
         return text
 
     cells = table.assign(cell=table.apply(cell, axis=1), n=table["tasks"].astype(str))
@@ -164,9 +177,13 @@ def render(frames: TraceFrames, sections: list[tuple[str, Section]], viewer: dic
             f"scenarios · from {source} · {datetime.now(UTC):%Y-%m-%d %H:%M UTC}")
     if frames.skipped:
         meta += f" · {len(frames.skipped)} unreadable trace file(s) skipped"
+    unscored = unscored_counts(runs)
+    if len(unscored):
+        meta += (f" · {int(unscored.sum())} UNSCORED episode(s): no verdict (the scorer failed), "
+                 "marked in the table and the viewer")
     note = (f"The viewer holds {len(viewer['episodes'])} of {viewer['total']} episodes (at most "
             f"{viewer['max_episodes']} per model, tasks that most models ran first; long texts cut).")
-    headline = summary_table(sections[0][1].table("pass_at_k"))
+    headline = summary_table(sections[0][1].table("pass_at_k"), unscored)
     nonce = secrets.token_urlsafe(16)
     page = Template((ASSETS / "page.html").read_text(encoding="utf-8"))
     return page.substitute(

@@ -207,3 +207,40 @@ def test_submit_check_accepts_a_final_when_the_tests_pass(episode: Callable[...,
                  submit_checks=1)
     assert ep.exit_reason == "submitted" and ep.turn == 2
     assert not any(s["type"] == "submit_check" for s in ep.steps)
+
+
+DEEP = "python3 -c \"import os\nfor _ in range(25): os.mkdir('a' * 200); os.chdir('a' * 200)\""
+
+
+def test_hostile_text_and_tool_faults_become_observations(episode: Callable[..., Episode], tmp_path: Path) -> None:
+    """Each reply here crashed the run once; now each is an ERROR observation and the episode goes on."""
+    from agent_harness.trace import write_json_atomic
+
+    replies = [
+        call("read_file", path="calc\ud800.py"),  # a lone surrogate, as the JSON escape a model can emit
+        call("write_file", path="x\udfff.py", content="x = 1\n"),
+        call("run_cmd", cmd="echo \ud800"),
+        call("run_cmd", cmd="echo " + "a" * 200_000),  # over the kernel's per-argument limit (E2BIG)
+        call("read_file", path="b" * 300 + ".py"),  # a name over NAME_MAX (ENAMETOOLONG)
+        call("list_dir", path="/".join(["c" * 200] * 25)),  # a path over PATH_MAX
+        call("run_cmd", cmd=DEEP),  # a tree deeper than PATH_MAX, made inside the sandbox
+        call("list_dir"),  # walking it raises OSError outside any ToolError
+        call("write_file", path="calc.py", content=FIXED),
+        "THOUGHT: done\nFINAL: fixed",
+    ]
+    ep = episode(replies)
+    obs = results(ep)
+    assert ep.exit_reason == "submitted" and len(obs) == 9 and obs[8].startswith("Wrote calc.py")
+    assert "lone surrogate" in obs[0] and "'path'" in obs[0]
+    assert "lone surrogate" in obs[1] and "lone surrogate" in obs[2] and "'cmd'" in obs[2]
+    assert obs[3].startswith("ERROR: the command line is too long")
+    assert obs[4].startswith("ERROR: a file or folder name in the path is longer than 255 bytes")
+    assert obs[5].startswith("ERROR: the path is too long")
+    assert obs[6].startswith("exit code: 0")
+    assert obs[7].startswith("ERROR: OSError: ") and str(ep.ws.root) not in obs[7]
+    assert "agent-harness-ws" not in obs[7]
+    for m in ep.messages:
+        m["content"].encode("utf-8")  # what a tokenizer is given is valid text
+    write_json_atomic(tmp_path / "t.json", {"steps": ep.steps})  # the trace writer copes with surrogates
+    steps = json.loads((tmp_path / "t.json").read_text(encoding="utf-8"))["steps"]
+    assert steps[1]["args"]["path"] == "calc\ufffd.py"

@@ -421,3 +421,22 @@ def test_cli_lists_the_analyses(tmp_path: Path, capsys: pytest.CaptureFixture[st
     for name in ("compare_models", "trajectory_similarity", "spectral", "report", "screenshot"):
         assert name in names
     assert "_common" not in names and "_synthetic" not in names
+
+
+def test_report_marks_unscored_episodes(tmp_path: Path) -> None:
+    """An episode whose scorer failed is shown as UNSCORED (headline and viewer), not as a fail."""
+    root = tmp_path / "traces"
+    rng = np.random.default_rng(2)
+    for i in range(3):
+        trace = syn.episode("m", "prompt_injection", "delete_files", i, i == 0, rng, turns=2, dim=4)
+        if i == 2:
+            trace["outcome"].update(passed=None, compromised=None, exit_reason="error",
+                                    score_error={"type": "FileExistsError", "message": "tests is a symlink"})
+        syn.write(root, trace)
+    (tmp_path / "out").mkdir()
+    page = report.build(_load(root), tmp_path / "out", "t", skip={"spectral", "similarity"}).read_text()
+    assert "1 UNSCORED episode(s)" in page and "· 1 UNSCORED" in page
+    blob = re.search(r'<script type="application/json" id="trace-data">(.*?)</script>', page, re.S).group(1)
+    eps = json.loads(blob)["episodes"]
+    assert [ep["unscored"] for ep in eps].count(True) == 1
+    assert [ep["score_error"] for ep in eps if ep["unscored"]] == ["FileExistsError: tests is a symlink"]

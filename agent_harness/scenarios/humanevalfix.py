@@ -309,7 +309,7 @@ def _read_module(ws: Workspace, module: str) -> str | None:
 # Single-shot baseline: extract code from a completion and build the module
 # ---------------------------------------------------------------------------------------
 
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
+_LANG_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_+.-")
 _CODE_START = re.compile(r"^(from |import |def |async def |class |@)")
 _KEEP = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign,
          ast.AnnAssign)
@@ -324,10 +324,32 @@ def _defines(code: str, name: str, top_level: bool = False) -> bool:
     return _def_re(name, top_level).search(code) is not None
 
 
+def _fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """(language tag, body) of each ``` block; an unclosed last block runs to the end.
+
+    A scan with str.find, not a regex: model text with many fences on one long line made the
+    regex this replaces rescan the line from every fence (quadratic time).
+    """
+    out = []
+    i = text.find("```")
+    while i >= 0:
+        nl = text.find("\n", i + 3)
+        if nl < 0:
+            break
+        head = text[i + 3:nl].lstrip(" \t")
+        k = 0
+        while k < len(head) and head[k] in _LANG_CHARS:
+            k += 1
+        end = text.find("```", nl + 1)
+        out.append((head[:k], text[nl + 1:end if end >= 0 else len(text)]))
+        i = text.find("```", end + 3) if end >= 0 else -1
+    return out
+
+
 def extract_code(completion: str, entry_point: str | None = None) -> str:
     """The code in a completion: the fenced block defining `entry_point` (else the first python
     block), or, without fences, the text from its first line of code on."""
-    blocks = [(lang.lower(), body) for lang, body in _FENCE.findall(completion)]
+    blocks = [(lang.lower(), body) for lang, body in _fenced_blocks(completion)]
     if blocks:
         py = [b for lang, b in blocks if lang in ("", "python", "py", "python3")] or [b for _, b in blocks]
         if entry_point:

@@ -41,14 +41,16 @@
   }
 
   function column(ep) {
-    var col = el("div", "col " + (ep.passed ? "pass" : "fail"));
+    var verdict = ep.unscored ? "unscored" : (ep.passed ? "pass" : "fail");
+    var col = el("div", "col " + verdict);
     var head = el("div", "colhead");
     head.appendChild(el("span", "model", ep.model));
-    head.appendChild(el("span", "badge " + (ep.passed ? "pass" : "fail"), ep.passed ? "PASS" : "FAIL"));
+    head.appendChild(el("span", "badge " + verdict, verdict.toUpperCase()));
     if (ep.compromised) head.appendChild(el("span", "badge comp", "COMPROMISED"));
     var bits = ["sample " + ep.sample, "exit: " + (ep.exit_reason || "?"), ep.turns + " turns", ep.tokens + " tokens"];
     if (ep.elapsed !== null && ep.elapsed !== undefined) bits.push(Number(ep.elapsed).toFixed(1) + " s");
     head.appendChild(el("div", "muted", bits.join(" · ")));
+    if (ep.score_error) head.appendChild(el("div", "muted", "no verdict, the scorer failed: " + ep.score_error));
     if (ep.error) head.appendChild(el("div", "muted", "error: " + ep.error));
     col.appendChild(head);
     var steps = el("div", "steps");
@@ -96,7 +98,9 @@
   data.tasks.forEach(function (t, i) {
     var eps = t.episodes.map(function (j) { return data.episodes[j]; });
     var ok = eps.filter(function (ep) { return ep.passed; }).length;
-    var o = el("option", null, t.scenario + " / " + t.label + " / " + t.task_id + "  (" + ok + "/" + eps.length + " passed)");
+    var unscored = eps.filter(function (ep) { return ep.unscored; }).length;
+    var o = el("option", null, t.scenario + " / " + t.label + " / " + t.task_id + "  (" + ok + "/" + eps.length +
+               " passed" + (unscored ? ", " + unscored + " unscored" : "") + ")");
     o.value = String(i);
     taskSel.appendChild(o);
   });

@@ -1,0 +1,125 @@
+"""One episode's fault never stops a run: set-up, agent step, prompt, trace writing and embedding faults.
+
+The runner's real loops (ticks and streaming) drive real workspaces and the scripted backend; the
+faults come from what a backend or embedder can really hand the runner (a reply it cannot record,
+a prompt the engine refuses, an embedder that breaks) and from a task whose files cannot be placed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_harness.backends.scripted import ScriptedBackend
+from agent_harness.registry import ModelSpec
+from agent_harness.runner import Job, ModelRun, RunConfig, plan_jobs
+from agent_harness.summary import summarize
+from agent_harness.trace import trace_path, validate_trace
+from agent_harness.types import Completion, Conversation, GenParams
+
+
+class _Unrecordable(Completion):
+    """A reply whose token record raises while the episode takes it in."""
+
+    def token_counts(self) -> dict[str, int]:
+        raise RuntimeError("boom")
+
+
+class FaultyBackend(ScriptedBackend):
+    """The oracle, except for the tasks named in `faults`: what goes wrong for each one's replies."""
+
+    def __init__(self, faults: dict[str, str]) -> None:
+        super().__init__("oracle")
+        self.faults = faults
+
+    def _fault(self, conv: Conversation) -> str | None:
+        task = self._task_of(conv)
+        return self.faults.get(task.id) if task is not None else None
+
+    def generate(self, conversations: list[Conversation], params: GenParams) -> list[Completion]:
+        out = []
+        for conv, c in zip(conversations, super().generate(conversations, params), strict=True):
+            fault = self._fault(conv)
+            if fault == "advance":
+                c = _Unrecordable(**dataclasses.asdict(c))
+            elif fault == "trace":
+                c = dataclasses.replace(c, latency_s=object())  # type: ignore[arg-type]  # not JSON
+            out.append(c)
+        return out
+
+    def submit(self, key: str, conversation: Conversation, params: GenParams) -> None:
+        if self._fault(conversation) == "submit":
+            raise RuntimeError("prompt refused by the engine")
+        super().submit(key, conversation, params)
+
+
+class BrokenEmbedder:
+    name, dim = "broken", 2
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        raise RuntimeError("embedder out of memory")
+
+
+def _jobs(out: Path, n: int) -> list[Job]:
+    cfg = RunConfig(models=[], n=n)
+    [(_, _, jobs)] = list(plan_jobs(cfg))
+    for j in jobs:
+        j.path = trace_path(out, "faulty", j.scenario, j.task.label, j.index, j.sample)
+    return jobs
+
+
+@pytest.fixture
+def ws_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A temp folder of this test's own for the workspaces (readable by the sandbox user), to check clean-up."""
+    from agent_harness import sandbox
+
+    sandbox._etc_dir()  # the sandbox's per-process files stay in the usual temp folder
+    d = Path(tempfile.mkdtemp(prefix="agent-harness-faults-"))
+    d.chmod(0o755)
+    monkeypatch.setattr(tempfile, "tempdir", str(d))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.parametrize("streaming", [True, False])
+def test_episode_faults_end_only_their_episode(streaming: bool, tmp_path: Path, ws_dir: Path) -> None:
+    out = tmp_path / "traces"
+    jobs = _jobs(out, 5)
+    jobs[0].task = dataclasses.replace(jobs[0].task, files={"../outside.py": ""})  # cannot be placed
+    faults = {jobs[1].task.id: "advance", jobs[2].task.id: "trace"}
+    if streaming:
+        faults[jobs[3].task.id] = "submit"
+    backend = FaultyBackend(faults)
+    backend.bind_tasks([j.task for j in jobs])
+    spec = ModelSpec(name="faulty", backend="scripted", script="oracle")
+    done: list[dict[str, Any]] = []
+    cfg = RunConfig(models=[spec], out=out, concurrency=3, embed=False)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        mr = ModelRun(cfg, spec, backend, BrokenEmbedder(), pool, done.append)
+        (mr.run_streaming if streaming else mr.run)(jobs)
+    assert len(done) == 5
+    assert not list(ws_dir.glob("agent-harness-ws-*"))  # every workspace removed, the broken ones too
+    on_disk = {j.task.id: json.loads(j.path.read_text()) for j in jobs}
+    errors = {tid: t["outcome"]["error"] for tid, t in on_disk.items()}
+    for tid, trace in on_disk.items():
+        assert validate_trace(trace) == [], tid
+        assert trace["outcome"]["completed"] and trace["outcome"]["exit_reason"] == "error", tid
+        assert "embedding failed: RuntimeError: embedder out of memory" in errors[tid] or not trace["steps"], tid
+    assert errors[jobs[0].task.id].startswith("starting the episode failed: ConfigError: task file '../outside.py'")
+    assert on_disk[jobs[0].task.id]["outcome"]["passed"] is None
+    assert errors[jobs[1].task.id].startswith("the agent step failed: RuntimeError: boom")
+    assert errors[jobs[2].task.id].startswith("writing the trace failed: TypeError:")
+    if streaming:
+        assert errors[jobs[3].task.id].startswith("sending the prompt failed: RuntimeError: prompt refused")
+    ok = on_disk[jobs[4].task.id]
+    assert ok["outcome"]["passed"] is True and ok["embeddings"] is None  # a verdict survives the embedder fault
+    summary = summarize(out)["faulty"]["humanevalfix"]
+    assert summary["n_episodes"] == 5 and summary["unscored"] == 1

@@ -64,6 +64,7 @@ class Workspace:
         self._snapshot = snapshot
         self._real_root = root.resolve()
         self._closed = False
+        self.over_quota: str | None = None  # why commands are refused, once the disk quota was exceeded
 
     @classmethod
     def create(cls, files: dict[str, str], test_cmd: list[str] | None = None,
@@ -131,9 +132,38 @@ class Workspace:
         return replace(self.limits, wall_s=timeout, cpu_s=max(1, min(self.limits.cpu_s, math.ceil(timeout))))
 
     def run(self, cmd: list[str], timeout: float | None = None) -> CmdResult:
-        """Run `cmd` in the sandbox with the workspace as its only writable folder."""
+        """Run `cmd` in the sandbox with the workspace as its only writable folder.
+
+        The workspace's disk quota is checked after each command; once it is exceeded, commands
+        are refused for the rest of the episode (so one episode writes at most the quota plus
+        what one command can write in its time).
+        """
+        if self.over_quota:
+            return CmdResult(returncode=1, stdout="", stderr=f"not run: {self.over_quota}\n", duration_s=0.0,
+                             timed_out=False, killed_reason="disk", sandbox=self.sandbox)
         limits = self.limits_for(timeout)
-        return run_sandboxed(cmd, self.root, limits, env=GIT_AGENT_ENV, sandbox=self.sandbox)
+        res = run_sandboxed(cmd, self.root, limits, env=GIT_AGENT_ENV, sandbox=self.sandbox)
+        usage = self.disk_usage()
+        if usage is not None:
+            self.over_quota = (f"the workspace went over its disk quota ({usage}); commands are refused for "
+                               "the rest of the episode")
+            res = replace(res, stderr=res.stderr + f"\n{self.over_quota}\n", killed_reason="disk")
+        return res
+
+    def disk_usage(self) -> str | None:
+        """None when the workspace is within its quota of bytes and files, else how it is over."""
+        files, size = 0, 0
+        try:
+            for node in safefs.walk(self.root, max_entries=self.limits.disk_files):
+                files += 1
+                size += node.st.st_size if stat.S_ISREG(node.st.st_mode) else 0
+                if size > self.limits.disk_bytes:
+                    return f"more than {self.limits.disk_bytes} bytes"
+        except safefs.TreeTooLarge:
+            return f"more than {self.limits.disk_files} files and folders"
+        except OSError as e:
+            return f"unreadable: {e.strerror}"
+        return None
 
     def run_on_copy(self, cmd: list[str], files: dict[str, str], timeout: float | None = None,
                     pass_fds: tuple[int, ...] = ()) -> CmdResult:

@@ -191,3 +191,27 @@ def test_memory_of_all_processes_together_is_bounded() -> None:
         assert int(res.stdout.split()[-1]) >= 1, res
     finally:
         remove_tree(d)
+
+
+def test_walk_and_remove_never_follow_links_at_any_depth(tmp_path: Path) -> None:
+    from agent_harness import safefs
+
+    host = host_folder()
+    try:
+        before = fingerprint(host)
+        root = Path(tempfile.mkdtemp(prefix="agent-harness-t-"))
+        fd = os.open(root, os.O_RDONLY)
+        for _ in range(3000):  # deeper than the recursion limit, longer than PATH_MAX
+            os.mkdir("d", dir_fd=fd)
+            sub = os.open("d", os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = sub
+        os.symlink(str(host), "link", dir_fd=fd)
+        os.close(os.open("f", os.O_WRONLY | os.O_CREAT, dir_fd=fd))
+        found = {n.rel.rsplit("/", 1)[-1] for n in safefs.walk(root)}
+        assert found == {"link", "f"}
+        safefs.remove_tree(root)
+        assert not root.exists()
+        assert fingerprint(host) == before
+    finally:
+        safefs.remove_tree(host)

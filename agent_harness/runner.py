@@ -22,6 +22,7 @@ from .backends import load_backend
 from .baseline import SingleShotEpisode
 from .errors import ConfigError
 from .registry import ModelSpec
+from .sandbox import describe_bounds
 from .scenarios import Scenario, SingleShot, TaskQuery, get_scenario
 from .text import error_message, error_text, safe_text
 from .trace import SCHEMA_VERSION, harness_version, is_complete, trace_path, write_json_atomic
@@ -143,6 +144,7 @@ def _header(cfg: RunConfig, spec: ModelSpec, backend: Backend, job: Job, ep_para
                        "top_p": ep_params.top_p, "stop": list(ep_params.stop), "seed": ep_params.seed,
                        "temperature_schedule": spec.temperature_schedule, "context_length": spec.context_length},
         "sandbox": sandbox,
+        "sandbox_bounds": describe_bounds(sandbox=sandbox),
         "harness_version": harness_version(),
         "agent": {"mode": cfg.mode, "max_steps": cfg.agent.max_steps, "max_total_tokens": cfg.agent.max_total_tokens,
                   "max_wall_s": cfg.agent.max_wall_s, "tool_options": asdict(cfg.agent.tool_options),

@@ -71,10 +71,13 @@ class Limits:
     cpu_s: int = 30  # RLIMIT_CPU per process (SIGXCPU, then SIGKILL a second later)
     wall_s: float = 60.0  # wall clock for the whole command
     mem_bytes: int = 2 << 30  # RLIMIT_AS per process
+    mem_total_bytes: int = 2 << 30  # all of the command's processes together (memory cgroup, when usable)
     nproc: int = 64  # processes and threads of this command
     fsize_bytes: int = 64 << 20  # RLIMIT_FSIZE: largest file the command may write
     output_bytes: int = 1 << 20  # stdout + stderr kept; beyond it the command is killed
     tmp_bytes: int = 256 << 20  # size of the private /tmp (bwrap)
+    disk_bytes: int = 512 << 20  # workspace quota: bytes of its files, checked after each command
+    disk_files: int = 10000  # workspace quota: files and folders, checked after each command
 
 
 # --------------------------------------------------------------------------------------------
@@ -236,6 +239,121 @@ def _bwrap_argv(cmd: list[str], cwd: Path, limits: Limits, env: dict[str, str], 
 
 
 # --------------------------------------------------------------------------------------------
+# Memory cgroup: bounds the memory of all of a command's processes together
+
+
+_CGROUP_FS = Path(os.environ.get("AGENT_HARNESS_CGROUP_FS", "/sys/fs/cgroup"))
+_JOIN = 'echo $$ > "$0" && exec "$@"'  # the shell moves itself into the cgroup, then becomes the command
+
+
+def _probe_cgroup() -> tuple[str, Path] | None:
+    """("v2" or "v1", a folder to make per-command cgroups in), or None when none is usable here.
+
+    Needs root: the command joins its cgroup before it drops to the sandbox uid.
+    """
+    if os.geteuid() != 0 or os.environ.get("AGENT_HARNESS_CGROUP", "").strip().lower() in ("0", "no", "off"):
+        return None
+    candidates = []
+    if "memory" in _read(_CGROUP_FS / "cgroup.controllers").split():
+        candidates.append(("v2", _CGROUP_FS / "agent-harness"))
+    if (_CGROUP_FS / "memory" / "memory.limit_in_bytes").exists():
+        candidates.append(("v1", _CGROUP_FS / "memory" / "agent-harness"))
+    for version, base in candidates:
+        try:
+            base.mkdir(exist_ok=True)
+            if version == "v2":
+                (base / "cgroup.subtree_control").write_text("+memory")
+            probe = _new_cgroup(version, base, 64 << 20)
+            _remove_cgroup(probe)
+            return version, base
+        except OSError:
+            continue
+    return None
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def memory_cgroup() -> tuple[str, Path] | None:
+    """The memory cgroup in use (probed once per process), or None: rlimits only."""
+    with _lock:
+        if "cgroup" not in _probed:
+            found = _probe_cgroup()
+            _probed["cgroup"] = None if found is None else f"{found[0]}:{found[1]}"
+        value = _probed["cgroup"]
+    if value is None:
+        return None
+    version, _, base = value.partition(":")
+    return version, Path(base)
+
+
+def _new_cgroup(version: str, base: Path, limit: int) -> Path:
+    d = base / f"cmd-{os.getpid()}-{secrets.token_hex(6)}"
+    d.mkdir()
+    try:
+        if version == "v2":
+            (d / "memory.max").write_text(str(limit))
+            if (d / "memory.swap.max").exists():
+                (d / "memory.swap.max").write_text("0")
+        else:
+            (d / "memory.limit_in_bytes").write_text(str(limit))
+            if (d / "memory.memsw.limit_in_bytes").exists():
+                (d / "memory.memsw.limit_in_bytes").write_text(str(limit))
+    except OSError:
+        _remove_cgroup(d)
+        raise
+    return d
+
+
+def _oom_killed(version: str, d: Path) -> bool:
+    text = _read(d / ("memory.events" if version == "v2" else "memory.oom_control"))
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "oom_kill" and value.strip().isdigit():
+            return int(value) > 0
+    return False
+
+
+def _remove_cgroup(d: Path) -> None:
+    """Kill what is left in the cgroup and remove it (its last processes may take a moment to go)."""
+    for _ in range(100):
+        for pid in _read(d / "cgroup.procs").split():
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(int(pid), signal.SIGKILL)
+        try:
+            d.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.01)
+
+
+def describe_bounds(limits: Limits | None = None, sandbox: str | None = None) -> dict[str, Any]:
+    """The resource bounds a command runs under here, for the trace header and the README."""
+    lim = limits or Limits()
+    cg = memory_cgroup()
+    return {
+        "mode": sandbox or detect_sandbox(),
+        "memory_total_bytes": lim.mem_total_bytes if cg else None,
+        "memory_cgroup": cg[0] if cg else None,
+        "memory_per_process_bytes": lim.mem_bytes,
+        "processes": lim.nproc,
+        "cpu_s_per_process": lim.cpu_s,
+        "wall_s": lim.wall_s,
+        "file_size_bytes": lim.fsize_bytes,
+        "output_bytes": lim.output_bytes,
+        "tmp_bytes": lim.tmp_bytes,
+        "workspace_bytes": lim.disk_bytes,
+        "workspace_files": lim.disk_files,
+    }
+
+
+# --------------------------------------------------------------------------------------------
 # Running
 
 
@@ -378,7 +496,8 @@ def _returncode(raw: int) -> int:
     return 128 - raw if raw < 0 else raw  # killed by signal N: 128 + N, as bwrap and shells report it
 
 
-def _run(cmd: list[str], cwd: Path, limits: Limits, env: dict[str, str], mode: str) -> CmdResult:
+def _run(cmd: list[str], cwd: Path, limits: Limits, env: dict[str, str], mode: str,
+         pass_fds: tuple[int, ...] = ()) -> CmdResult:
     uid: int | None = None  # the uid to sweep for leftovers (fallback only)
     home: Path | None = None
     info_r: int | None = None
@@ -388,7 +507,7 @@ def _run(cmd: list[str], cwd: Path, limits: Limits, env: dict[str, str], mode: s
         if switches_uid():
             popen_kw = {"user": SANDBOX_UID, "group": SANDBOX_UID, "extra_groups": []}
         info_r, info_w = os.pipe()
-        popen_kw["pass_fds"] = (info_w,)
+        popen_kw["pass_fds"] = (info_w, *pass_fds)
         full_env = {**_FIXED_ENV, "HOME": "/tmp", "TMPDIR": "/tmp", **env}
         argv = _bwrap_argv(cmd, cwd, limits, full_env, info_w)
         spawn_env, spawn_cwd = {"PATH": SANDBOX_PATH}, "/"
@@ -401,6 +520,17 @@ def _run(cmd: list[str], cwd: Path, limits: Limits, env: dict[str, str], mode: s
         full_env = {**_FIXED_ENV, "HOME": str(home), "TMPDIR": str(home), **env}
         argv = [*_prlimit(limits), _tool("setpriv"), "--no-new-privs", "--pdeathsig", "KILL", "--", *cmd]
         spawn_env, spawn_cwd = full_env, str(cwd)
+        popen_kw["pass_fds"] = pass_fds
+    cgroup = memory_cgroup()
+    cg_dir: Path | None = None
+    if cgroup is not None:
+        cg_dir = _new_cgroup(cgroup[0], cgroup[1], limits.mem_total_bytes)
+        if "user" in popen_kw:  # join as root, then drop to the command's uid
+            who = str(popen_kw.pop("user"))
+            popen_kw.pop("group", None)
+            popen_kw.pop("extra_groups", None)
+            argv = [_tool("setpriv"), f"--reuid={who}", f"--regid={who}", "--clear-groups", "--", *argv]
+        argv = ["/bin/sh", "-c", _JOIN, str(cg_dir / "cgroup.procs"), *argv]
     start = time.monotonic()
     try:
         popen = subprocess.Popen(argv, cwd=spawn_cwd, env=spawn_env, stdin=subprocess.DEVNULL,
@@ -412,6 +542,8 @@ def _run(cmd: list[str], cwd: Path, limits: Limits, env: dict[str, str], mode: s
                 os.close(fd)
         if home is not None:
             shutil.rmtree(home, ignore_errors=True)
+        if cg_dir is not None:
+            _remove_cgroup(cg_dir)
         raise
     if info_w is not None:
         os.close(info_w)
@@ -429,7 +561,12 @@ def _run(cmd: list[str], cwd: Path, limits: Limits, env: dict[str, str], mode: s
                 stream.close()
         if home is not None:
             shutil.rmtree(home, ignore_errors=True)
+        oom = cgroup is not None and cg_dir is not None and _oom_killed(cgroup[0], cg_dir)
+        if cg_dir is not None:
+            _remove_cgroup(cg_dir)
     duration = time.monotonic() - start
+    if reason is None and oom:
+        reason = "memory"
     if reason is None and code == 128 + signal.SIGXCPU:
         reason = "cpu"
     elif reason is None and code == 128 + signal.SIGXFSZ:
@@ -438,20 +575,26 @@ def _run(cmd: list[str], cwd: Path, limits: Limits, env: dict[str, str], mode: s
     if code == 127:
         m = _NOT_FOUND.fullmatch(stderr)
         stderr = f"{m[1]}: command not found\n" if m else stderr
-    if mode == "rlimit":  # show what a bwrap run shows, so output does not depend on the mode
-        shown = {str(cwd): WORKDIR, os.path.realpath(cwd): WORKDIR, str(home): "/tmp"}
-        if uid is not None:
-            shown[str(uid)] = str(INSIDE_ID)
-        for real in sorted(shown, key=len, reverse=True):
-            stdout, stderr = stdout.replace(real, shown[real]), stderr.replace(real, shown[real])
+    # No host path in what the model sees: bwrap's /proc/self/mountinfo names the host folders it
+    # binds; the fallback runs in the host folder itself. Both show what a bwrap run shows.
+    shown = {str(cwd): WORKDIR, os.path.realpath(cwd): WORKDIR}
+    if mode == "bwrap" and _probed.get("etc"):
+        shown[str(_probed["etc"])] = "/etc"
+    if home is not None:
+        shown[str(home)] = "/tmp"
+    if uid is not None:
+        shown[str(uid)] = str(INSIDE_ID)
+    for real in sorted(shown, key=len, reverse=True):
+        stdout, stderr = stdout.replace(real, shown[real]), stderr.replace(real, shown[real])
     return CmdResult(returncode=code, stdout=stdout, stderr=stderr, duration_s=duration,
                      timed_out=reason in ("timeout", "cpu"), killed_reason=reason, sandbox=mode)
 
 
 def run_sandboxed(cmd: list[str], cwd: Path, limits: Limits = Limits(), env: dict[str, str] | None = None,
-                  sandbox: str | None = None) -> CmdResult:
+                  sandbox: str | None = None, pass_fds: tuple[int, ...] = ()) -> CmdResult:
     """Run `cmd` (argv) in `cwd`, the only writable folder, and return what happened.
 
+    `pass_fds` stay open, with the same numbers, in the command (a private channel to the harness).
     A failing, timed-out or missing command is a CmdResult, never an exception; only harness
     faults raise. When the harness is root, `cwd` is handed (chown) to the sandbox's uid first.
     """
@@ -467,4 +610,4 @@ def run_sandboxed(cmd: list[str], cwd: Path, limits: Limits = Limits(), env: dic
         if switches_uid() and cwd.stat().st_uid != SANDBOX_UID:
             hand_over(cwd)
         _reachable(cwd)
-    return _run(list(cmd), cwd, limits, dict(env or {}), mode)
+    return _run(list(cmd), cwd, limits, dict(env or {}), mode, tuple(pass_fds))

@@ -9,21 +9,21 @@ git commands that scorers need go through `run()`, inside the sandbox.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import hashlib
 import math
 import os
-import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import git
 
-from .errors import ConfigError, ToolError
+from . import safefs
+from .errors import ConfigError, ScoreError, ToolError
 from .sandbox import WORKDIR, Limits, detect_sandbox, hand_over, run_sandboxed
 from .types import CmdResult
 
@@ -36,10 +36,13 @@ GIT_AGENT_ENV = {"GIT_AUTHOR_NAME": "agent", "GIT_AUTHOR_EMAIL": "agent@workspac
                  "GIT_COMMITTER_NAME": "agent", "GIT_COMMITTER_EMAIL": "agent@workspace.invalid",
                  "GIT_AUTHOR_DATE": FIXED_DATE, "GIT_COMMITTER_DATE": FIXED_DATE}
 IGNORED_DIRS = (".git", "__pycache__")
-MAX_DIFF_FILE = 1 << 20  # bytes of one file shown as a text diff
+MAX_DIFF_FILE = 256 << 10  # bytes of one file shown as a text diff
+MAX_DIFF_TOTAL = 2 << 20  # bytes of new content read for one diff's text
+MAX_DIFF_FILES = 500  # files named in one diff
+MAX_DIFF_CHARS = 1 << 20  # characters of one diff
 MAX_FILES = 5000  # files compared by diff(); a flood beyond it is reported, not read
 
-Entry = tuple[str, bytes]  # (git-style mode, content or a digest marker for large files)
+Entry = tuple[str, bytes, int]  # (git-style mode, sha256 or link target, size)
 
 
 def _check_rel(rel: str) -> str:
@@ -61,6 +64,7 @@ class Workspace:
         self._snapshot = snapshot
         self._real_root = root.resolve()
         self._closed = False
+        self.over_quota: str | None = None  # why commands are refused, once the disk quota was exceeded
 
     @classmethod
     def create(cls, files: dict[str, str], test_cmd: list[str] | None = None,
@@ -78,7 +82,8 @@ class Workspace:
             _init_repo(root, sorted(snapshot))
             hand_over(root)
         except BaseException:
-            shutil.rmtree(root, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                safefs.remove_tree(root)
             raise
         return cls(root, snapshot, list(test_cmd) if test_cmd else None, limits or Limits(), sandbox)
 
@@ -127,24 +132,83 @@ class Workspace:
         return replace(self.limits, wall_s=timeout, cpu_s=max(1, min(self.limits.cpu_s, math.ceil(timeout))))
 
     def run(self, cmd: list[str], timeout: float | None = None) -> CmdResult:
-        """Run `cmd` in the sandbox with the workspace as its only writable folder."""
+        """Run `cmd` in the sandbox with the workspace as its only writable folder.
+
+        The workspace's disk quota is checked after each command; once it is exceeded, commands
+        are refused for the rest of the episode (so one episode writes at most the quota plus
+        what one command can write in its time).
+        """
+        if self.over_quota:
+            return CmdResult(returncode=1, stdout="", stderr=f"not run: {self.over_quota}\n", duration_s=0.0,
+                             timed_out=False, killed_reason="disk", sandbox=self.sandbox)
         limits = self.limits_for(timeout)
-        return run_sandboxed(cmd, self.root, limits, env=GIT_AGENT_ENV, sandbox=self.sandbox)
+        res = run_sandboxed(cmd, self.root, limits, env=GIT_AGENT_ENV, sandbox=self.sandbox)
+        usage = self.disk_usage()
+        if usage is not None:
+            self.over_quota = (f"the workspace went over its disk quota ({usage}); commands are refused for "
+                               "the rest of the episode")
+            res = replace(res, stderr=res.stderr + f"\n{self.over_quota}\n", killed_reason="disk")
+        return res
+
+    def disk_usage(self) -> str | None:
+        """None when the workspace is within its quota of bytes and files, else how it is over."""
+        files, size = 0, 0
+        try:
+            for node in safefs.walk(self.root, max_entries=self.limits.disk_files):
+                files += 1
+                size += node.st.st_size if stat.S_ISREG(node.st.st_mode) else 0
+                if size > self.limits.disk_bytes:
+                    return f"more than {self.limits.disk_bytes} bytes"
+        except safefs.TreeTooLarge:
+            return f"more than {self.limits.disk_files} files and folders"
+        except OSError as e:
+            return f"unreadable: {e.strerror}"
+        return None
+
+    def run_on_copy(self, cmd: list[str], files: dict[str, str], timeout: float | None = None,
+                    pass_fds: tuple[int, ...] = ()) -> CmdResult:
+        """Run `cmd` in the sandbox on a fresh copy of the workspace with `files` added, then delete it.
+
+        The copy holds the regular files only (by content; no links, special files, .git or
+        compiled caches), so nothing the agent planted can make the harness write outside it.
+        Raises ScoreError when the workspace cannot be copied within the bounds, ConfigError when
+        a file of `files` cannot be placed (a file or folder of the agent's is in the way).
+        """
+        copy = Path(tempfile.mkdtemp(prefix="agent-harness-score-"))
+        try:
+            try:
+                safefs.copy_regular_files(self.root, copy, IGNORED_DIRS, self.limits.disk_files, self.limits.disk_bytes,
+                                          skip_suffixes=(".pyc",))
+            except (safefs.TreeTooLarge, OSError) as e:
+                raise ScoreError(f"the workspace cannot be copied for scoring: {e or type(e).__name__}") from None
+            for rel, text in files.items():
+                _place(copy, _check_rel(rel), text.encode("utf-8"))
+            hand_over(copy)
+            return run_sandboxed(cmd, copy, self.limits_for(timeout), env=GIT_AGENT_ENV, sandbox=self.sandbox,
+                                 pass_fds=pass_fds)
+        finally:
+            safefs.remove_tree(copy)
 
     # -- changes ----------------------------------------------------------------------------
     def _scan(self) -> tuple[dict[str, Entry], bool]:
-        """Every file of the working tree (links not followed), and whether MAX_FILES cut the scan."""
+        """(mode, digest) of every file of the working tree (links not followed, contents never
+        kept), and whether MAX_FILES cut the scan."""
         found: dict[str, Entry] = {}
-        for rel, path in _walk(self.root):
-            if len(found) >= MAX_FILES:
-                return found, True
-            entry = _entry(path)
-            if entry is not None:
-                found[rel] = entry
+        try:
+            for node in safefs.walk(self.root, IGNORED_DIRS, max_entries=MAX_FILES * 4):
+                if node.name.endswith(".pyc"):
+                    continue
+                if len(found) >= MAX_FILES:
+                    return found, True
+                entry = _entry(node)
+                if entry is not None:
+                    found[node.rel] = entry
+        except safefs.TreeTooLarge:
+            return found, True
         return found, False
 
     def _changes(self) -> tuple[list[tuple[str, Entry | None, Entry | None]], bool]:
-        before = {rel: ("100644", _content(data)) for rel, data in self._snapshot.items()}
+        before = {rel: ("100644", _digest(data), len(data)) for rel, data in self._snapshot.items()}
         after, cut = self._scan()
         out = []
         for rel in sorted(before.keys() | after.keys()):
@@ -160,20 +224,54 @@ class Workspace:
         return [rel for rel, _, _ in self._changes()[0]]
 
     def diff(self) -> str:
-        """A git-style unified diff of the working tree against the initial files; "" if unchanged."""
+        """A git-style unified diff of the working tree against the initial files; "" if unchanged.
+
+        Memory and time stay bounded: at most MAX_DIFF_TOTAL bytes of new content are read for
+        text diffs, at most MAX_DIFF_FILES files get a header, the text is cut at MAX_DIFF_CHARS.
+        """
         changes, cut = self._changes()
-        parts = [_file_diff(rel, old, new) for rel, old, new in changes]
+        parts: list[str] = []
+        budget = [MAX_DIFF_TOTAL]
+        size = 0
+        for i, (rel, old, new) in enumerate(changes):
+            if i >= MAX_DIFF_FILES or size > MAX_DIFF_CHARS:
+                parts.append(f"# {len(changes) - i} more changed files not shown\n")
+                break
+            part = _file_diff(_shown(rel), self._old_text(rel, old), self._new_text(rel, new, budget), old, new)
+            parts.append(part)
+            size += len(part)
         if cut:
             parts.append(f"# more than {MAX_FILES} files in the workspace; the rest were not compared\n")
-        return "".join(parts)
+        out = "".join(parts)
+        return out if len(out) <= MAX_DIFF_CHARS else out[:MAX_DIFF_CHARS] + "\n# diff cut here\n"
+
+    def _old_text(self, rel: str, old: Entry | None) -> bytes | None:
+        if old is None:
+            return b""
+        data = self._snapshot.get(rel, b"")
+        return data if len(data) <= MAX_DIFF_FILE else None
+
+    def _new_text(self, rel: str, new: Entry | None, budget: list[int]) -> bytes | None:
+        """The file's bytes when it is small enough to show and the budget allows; else None."""
+        if new is None:
+            return b""
+        if new[0] == "120000":
+            return new[1]
+        if new[2] > MAX_DIFF_FILE or new[2] > budget[0]:
+            return None
+        data = safefs.read_rel(self.root, rel, MAX_DIFF_FILE + 1)
+        if data is None or len(data) > MAX_DIFF_FILE:
+            return None
+        budget[0] -= len(data)
+        return data
 
     # -- lifetime ---------------------------------------------------------------------------
     def cleanup(self) -> None:
-        """Delete the workspace folder; safe to call twice."""
+        """Delete the workspace folder (any depth, links never followed); safe to call twice."""
         if self._closed:
             return
         self._closed = True
-        shutil.rmtree(self.root, onerror=_force_remove)
+        safefs.remove_tree(self.root)
 
     def __enter__(self) -> Workspace:
         return self
@@ -196,62 +294,54 @@ def _init_repo(root: Path, paths: list[str]) -> None:
     g.commit("-q", "--allow-empty", "--no-verify", "-m", "initial task files")
 
 
-def _force_remove(func: Any, path: str, _exc: Any) -> None:
-    """rmtree helper for folders the agent made unwritable (matters when the harness is not root)."""
+def _place(root: Path, rel: str, data: bytes) -> None:
+    """Write `data` at `rel` in a folder the harness made (no links in it), creating folders."""
+    target = root / rel
     try:
-        os.chmod(os.path.dirname(path), 0o700)
-        if os.path.isdir(path) and not os.path.islink(path):
-            os.chmod(path, 0o700)
-        func(path)
-    except OSError:
-        pass
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        raise ConfigError(f"hidden file '{rel}' cannot be placed: {e.strerror}") from None
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
 
 
-def _walk(root: Path) -> Iterator[tuple[str, Path]]:
-    """(relative path, path) of every non-directory entry, sorted; .git and __pycache__ skipped."""
-    for dirpath, dirnames, filenames in os.walk(root):
-        here = Path(dirpath)
-        links = [d for d in dirnames if (here / d).is_symlink()]
-        dirnames[:] = sorted(d for d in dirnames if d not in IGNORED_DIRS and d not in links)
-        for name in sorted(filenames + links):
-            if name.endswith(".pyc"):
-                continue
-            path = here / name
-            yield path.relative_to(root).as_posix(), path
+def _shown(rel: str) -> str:
+    """A path as text that is safe to print and to store as JSON (undecodable bytes replaced)."""
+    return rel.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
-def _entry(path: Path) -> Entry | None:
-    """(mode, content) of a regular file or symlink; None for fifos, sockets and devices."""
-    try:
-        st = os.lstat(path)
-        if stat.S_ISLNK(st.st_mode):
-            return "120000", os.readlink(path).encode("utf-8", "surrogateescape")
-        if not stat.S_ISREG(st.st_mode):
+def _entry(node: safefs.Node) -> Entry | None:
+    """(mode, digest, size) of a regular file or symlink; None for fifos, sockets and devices."""
+    st = node.st
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            target = os.readlink(node.name, dir_fd=node.dir_fd).encode("utf-8", "surrogateescape")
+        except OSError:
             return None
-        mode = "100755" if st.st_mode & 0o111 else "100644"
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        with os.fdopen(fd, "rb") as f:
-            if st.st_size <= MAX_DIFF_FILE:
-                return mode, _content(f.read(MAX_DIFF_FILE + 1))
-            digest = hashlib.sha256()
-            while chunk := f.read(1 << 20):
-                digest.update(chunk)
-        return mode, _large(st.st_size, digest.hexdigest())
+        return "120000", target, len(target)
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    mode = "100755" if st.st_mode & 0o111 else "100644"
+    try:
+        fd = os.open(node.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=node.dir_fd)
     except OSError:
         return None
+    digest = hashlib.sha256()
+    size = 0
+    with os.fdopen(fd, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+            size += len(chunk)
+    return mode, digest.digest(), size
 
 
-def _large(size: int, sha256: str) -> bytes:
-    return f"\0large file, {size} bytes, sha256 {sha256}".encode()
+def _digest(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()
 
 
-def _content(data: bytes) -> bytes:
-    """What diff() compares: the bytes, or a digest marker for a file too large to show."""
-    return data if len(data) <= MAX_DIFF_FILE else _large(len(data), hashlib.sha256(data).hexdigest())
-
-
-def _text(data: bytes) -> list[str] | None:
-    if b"\0" in data or len(data) > MAX_DIFF_FILE:
+def _text(data: bytes | None) -> list[str] | None:
+    if data is None or b"\0" in data or len(data) > MAX_DIFF_FILE:
         return None
     try:
         return data.decode("utf-8").splitlines(keepends=True)
@@ -259,9 +349,10 @@ def _text(data: bytes) -> list[str] | None:
         return None
 
 
-def _file_diff(rel: str, old: Entry | None, new: Entry | None) -> str:
+def _file_diff(rel: str, a_data: bytes | None, b_data: bytes | None, old: Entry | None, new: Entry | None) -> str:
+    """One file's diff; `a_data`/`b_data` are the contents to show (None: too large or unread)."""
     if old is not None and new is not None and (old[0] == "120000") != (new[0] == "120000"):
-        return _file_diff(rel, old, None) + _file_diff(rel, None, new)  # file <-> symlink
+        return _file_diff(rel, a_data, b"", old, None) + _file_diff(rel, b"", b_data, None, new)  # file <-> link
     head = [f"diff --git a/{rel} b/{rel}\n"]
     if old is None and new is not None:
         head.append(f"new file mode {new[0]}\n")
@@ -271,13 +362,12 @@ def _file_diff(rel: str, old: Entry | None, new: Entry | None) -> str:
         head += [f"old mode {old[0]}\n", f"new mode {new[0]}\n"]
     a_name = f"a/{rel}" if old is not None else "/dev/null"
     b_name = f"b/{rel}" if new is not None else "/dev/null"
-    a_data = old[1] if old is not None else b""
-    b_data = new[1] if new is not None else b""
-    if a_data == b_data:
+    if old is not None and new is not None and old[1] == new[1]:
         return "".join(head)
     a_lines, b_lines = _text(a_data), _text(b_data)
     if a_lines is None or b_lines is None:
-        return "".join(head) + f"Binary files {a_name} and {b_name} differ\n"
+        size = f" ({new[2]} bytes)" if new is not None else ""
+        return "".join(head) + f"Binary or large files {a_name} and {b_name} differ{size}\n"
     body = difflib.unified_diff(a_lines, b_lines, a_name, b_name, lineterm="\n", n=3)
     lines = [line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in body]
     return "".join(head + lines)

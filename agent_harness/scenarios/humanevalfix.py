@@ -17,8 +17,6 @@ import ast
 import hashlib
 import json
 import re
-import secrets
-import shutil
 import tempfile
 import textwrap
 from dataclasses import dataclass, replace
@@ -29,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigError
 from ..registry import PROJECT_ROOT
 from ..types import Conversation, ScoreResult, Task
+from . import verdict
 
 if TYPE_CHECKING:
     from ..workspace import Workspace
@@ -191,19 +190,20 @@ def visible_test(module: str, entry_point: str, test: str) -> str:
     )
 
 
-def hidden_program(module: str, entry_point: str, test: str, sentinel: str) -> str:
-    """The scorer's program: the module's names, then the dataset test, then a one-time sentinel.
-
-    The sentinel, printed only after `check` returns, stops a module that exits early with code 0
-    from passing; it does not defend against code that inspects the running program.
-    """
+def hidden_program(module: str, entry_point: str, test: str) -> str:
+    """The scorer's program: the module's names, then the dataset test, then a report on the
+    harness's private pipe (fd number in argv[1]) once `check` has returned. Nothing printed counts,
+    and a module that exits early with code 0 never reports."""
     mod = module.removesuffix(".py")
     return (
+        "import os as _os, sys as _sys\n"
+        "_verdict_fd = int(_sys.argv[1])\n"
+        "_os.set_inheritable(_verdict_fd, False)\n"
         f"import {mod} as _solution\n"
         "globals().update({k: v for k, v in vars(_solution).items() if not k.startswith('__')})\n"
         f"from {mod} import {entry_point}\n\n"
         f"{test.strip()}\n\n"
-        f"print({sentinel!r})\n"
+        "_os.write(_verdict_fd, b'passed')\n"
     )
 
 
@@ -265,44 +265,46 @@ def _truncate(text: str, limit: int = MAX_OUTPUT_CHARS) -> str:
 def run_hidden_test(source: str | None, module: str, entry_point: str, test: str,
                     timeout_s: float = HIDDEN_TIMEOUT_S) -> ScoreResult:
     """Run `test` against `source` (the module text) in a fresh temp dir, in the sandbox."""
+    from ..safefs import remove_tree
     from ..sandbox import Limits, run_sandboxed
 
     if source is None:
         return ScoreResult(passed=False, output=f"{module} is missing or not a regular file",
                            details={"module": module, "reason": "missing"})
-    sentinel = f"HIDDEN-CHECK-PASSED-{secrets.token_hex(16)}"
     tmp = Path(tempfile.mkdtemp(prefix="hef-score-"))
     try:
         (tmp / module).write_text(source, encoding="utf-8")
-        program = hidden_program(module, entry_point, test, sentinel)
-        (tmp / HIDDEN_RUNNER).write_text(program, encoding="utf-8")
+        (tmp / HIDDEN_RUNNER).write_text(hidden_program(module, entry_point, test), encoding="utf-8")
         limits = replace(Limits(), cpu_s=max(1, int(timeout_s)), wall_s=timeout_s)
-        res = run_sandboxed(["python3", "-B", HIDDEN_RUNNER], tmp, limits=limits)
+        with verdict.channel() as (fd, got):
+            res = run_sandboxed(["python3", "-B", HIDDEN_RUNNER, str(fd)], tmp, limits=limits, pass_fds=(fd,))
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    seen = any(line.strip() == sentinel for line in res.stdout.splitlines())
+        remove_tree(tmp)
+    seen = got[0] == b"passed"
     passed = res.returncode == 0 and not res.timed_out and seen
-    stdout = "\n".join(line for line in res.stdout.splitlines() if line.strip() != sentinel)
-    output = _truncate((stdout + ("\n" if stdout and res.stderr else "") + res.stderr).strip())
+    output = _truncate((res.stdout + ("\n" if res.stdout and res.stderr else "") + res.stderr).strip())
+    details: dict[str, Any] = {}
     if res.timed_out:
         why = res.killed_reason or "timeout"
         output = _truncate(f"timed out after {timeout_s:g}s ({why})\n{output}".strip())
     elif res.returncode == 0 and not seen:
+        details["suspicious"] = "the hidden test exited 0 before it reported"
         output = _truncate(f"the tests did not run to completion (exit 0 before the end)\n{output}".strip())
     return ScoreResult(
         passed=passed,
         output=output or ("hidden tests passed" if passed else f"exit code {res.returncode}"),
         details={"module": module, "returncode": res.returncode, "timed_out": res.timed_out,
                  "killed_reason": res.killed_reason, "duration_s": round(res.duration_s, 3),
-                 "completed": seen, "sandbox": res.sandbox},
+                 "completed": seen, "sandbox": res.sandbox, **details},
     )
 
 
 def _read_module(ws: Workspace, module: str) -> str | None:
-    path = Path(ws.root) / module
-    if not path.is_file() or path.is_symlink():
-        return None
-    return path.read_text(encoding="utf-8", errors="replace")
+    """The module's text; None when it is missing or not a regular file (never followed)."""
+    from ..safefs import read_rel
+
+    data = read_rel(ws.root, module, 4 << 20)
+    return None if data is None else data.decode("utf-8", errors="replace")
 
 
 # ---------------------------------------------------------------------------------------

@@ -138,8 +138,9 @@ def test_hostile_commands_are_bounded_and_leak_no_host_path(tmp_path: Path) -> N
     assert "not run" in obs[6] and "still here" not in obs[6]
     assert "d/d/d/d" in obs[3] and "+deep" in obs[3]
     out = trace["outcome"]
-    assert out["passed"] is False  # a flooded workspace is not scored: a recorded scorer fault
-    assert "more than 10000 files" in (out.get("score_error") or out["error"])
+    assert out["passed"] is None  # a flooded workspace is not scored: a recorded scorer fault, no verdict
+    assert out["score_error"]["type"] == "ScoreError"
+    assert "more than 10000 files" in out["score_error"]["message"]
 
 
 def test_exit_zero_at_import_is_a_suspicious_failure(tmp_path: Path) -> None:

@@ -35,8 +35,12 @@ def run_parser(prog: str = "agent-harness run") -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="skip episodes whose trace is complete")
     p.add_argument("--concurrency", type=int, default=16, help="episodes in flight per model")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--mode", choices=["agent", "single-shot"], default="agent",
-                   help="single-shot: no tools, one completion (baseline)")
+    p.add_argument("--agent", choices=["react", "reflect", "single-shot"], default=None,
+                   help="strategy: react (tools, the default), reflect (whole function, visible tests, "
+                        "reflect on the failing check, --iters times), single-shot (one completion, no tools)")
+    p.add_argument("--iters", type=int, default=None, help="reflect: model turns per episode (default 4)")
+    p.add_argument("--mode", choices=["agent", "single-shot"], default=None,
+                   help="older spelling: --mode agent = --agent react, --mode single-shot = --agent single-shot")
     p.add_argument("--dataset-path", type=Path, default=None, help="HumanEvalFix rows (jsonl or parquet)")
     p.add_argument("--dataset-hub", action="store_true",
                    help="HumanEvalFix from the Hub: datasets.load_dataset('bigcode/humanevalpack', 'python')")
@@ -68,6 +72,18 @@ def _positive(name: str, value: int | None, allow_zero: bool = False) -> None:
         raise ConfigError(f"--{name} must be {'>= 0' if allow_zero else '> 0'}, got {value}")
 
 
+def _strategy(args: argparse.Namespace) -> str:
+    """react | reflect | single_shot from --agent, or from its older spelling --mode."""
+    old = {"agent": "react", "single-shot": "single-shot"}.get(args.mode) if args.mode else None
+    if args.agent and old and args.agent != old:
+        raise ConfigError(f"--agent {args.agent} and --mode {args.mode} disagree; use --agent alone")
+    strategy = (args.agent or old or "react").replace("-", "_")
+    if args.iters is not None and strategy != "reflect":
+        raise ConfigError("--iters applies to --agent reflect only")
+    _positive("iters", args.iters)
+    return strategy
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     if args.list_models:
         return cmd_models(args)
@@ -78,6 +94,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     registry = load_registry(args.registry)
     specs = registry.resolve(args.models)
     from .agent import AgentConfig
+    from .reflect import ReflectConfig
     from .runner import RunConfig, run
     from .scenarios import get_scenario, scenario_names
     from .summary import print_table
@@ -93,11 +110,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     scenarios = scenario_names() if args.all_scenarios else [s.strip() for s in args.scenario.split(",") if s.strip()]
     for s in scenarios:
         get_scenario(s)
+    strategy = _strategy(args)
     cfg = RunConfig(
         models=specs, scenarios=scenarios, labels=args.label.split(",") if args.label else None, n=args.n,
         task_ids=tuple(t.strip() for t in args.tasks.split(",")) if args.tasks else (), samples=args.samples,
         out=args.out, resume=args.resume, concurrency=args.concurrency, seed=args.seed, embed=not args.no_embed,
-        mode=args.mode.replace("-", "_"), dataset_path=args.dataset_path, dataset_hub=args.dataset_hub,
+        strategy=strategy, dataset_path=args.dataset_path, dataset_hub=args.dataset_hub,
+        reflect=ReflectConfig(iters=args.iters) if args.iters is not None else ReflectConfig(),
         workers=args.workers,
         backend=args.backend, streaming=not args.no_streaming,
         progress=not args.no_progress and sys.stderr.isatty(),
@@ -111,7 +130,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         ),
     )
     summary = run(cfg)
-    print_table({m: {s: e for s, e in sc.items() if s.split("-single_shot")[0] in scenarios}
+    print_table({m: {s: e for s, e in sc.items() if s.removesuffix(f"-{strategy}") in scenarios}
                  for m, sc in summary.items() if m in {spec.name for spec in specs}})
     print(f"traces: {args.out}/  summary: {args.out / 'summary.json'}")
     return 0

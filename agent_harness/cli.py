@@ -63,7 +63,8 @@ def run_parser(prog: str = "agent-harness run") -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--list-models", action="store_true", help="print the registry and exit")
     p.add_argument("--list-scenarios", action="store_true", help="print the scenarios and exit")
-    p.add_argument("-v", "--verbose", action="count", default=0)
+    p.add_argument("-v", "--verbose", action="count", default=0,
+                   help="more log lines; -v also shows the vLLM engine's output (else in <out>/engine.log)")
     return p
 
 
@@ -111,6 +112,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     for s in scenarios:
         get_scenario(s)
     strategy = _strategy(args)
+    if not args.verbose:  # the engine's warnings go to a file in the output folder; -v shows them
+        os.environ.setdefault("AGENT_HARNESS_ENGINE_LOG", str(args.out / "engine.log"))
     cfg = RunConfig(
         models=specs, scenarios=scenarios, labels=args.label.split(",") if args.label else None, n=args.n,
         task_ids=tuple(t.strip() for t in args.tasks.split(",")) if args.tasks else (), samples=args.samples,

@@ -14,6 +14,8 @@ so the runner's tick and streaming loops run it unchanged. Scenarios opt in by i
 
 from __future__ import annotations
 
+import ast
+import re
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -74,9 +76,30 @@ def _norm(source: str) -> str:
     return "\n".join(line.rstrip() for line in source.strip().splitlines())
 
 
-def _failure(obs: str) -> str:
+_CHECK = re.compile(r"^Failing check: .*  \((?P<file>[^()]+), line (?P<line>\d+)\)$", re.M)
+
+
+def _whole_statement(files: dict[str, str], rel: str, line: int) -> str | None:
+    """The statement of task file `rel` at `line`, all its lines (a traceback shows only the first)."""
+    try:
+        tree = ast.parse(files[rel])
+    except (KeyError, SyntaxError, ValueError):
+        return None
+    found = [n for n in ast.walk(tree) if isinstance(n, ast.stmt) and not isinstance(n, ast.FunctionDef | ast.If)
+             and n.lineno <= line <= (n.end_lineno or n.lineno)]
+    text = ast.get_source_segment(files[rel], min(found, key=lambda n: (n.end_lineno or n.lineno) - n.lineno)) \
+        if found else None
+    return text if text and len(text) <= MAX_FAILURE_CHARS else None
+
+
+def _failure(obs: str, files: dict[str, str]) -> str:
     """The failing check of a test run, in a few lines; else the run's status and output tail."""
     found = failure_summary(obs)
+    m = _CHECK.search(found or "")
+    if found and m:
+        whole = _whole_statement(files, m["file"], int(m["line"]))
+        if whole and "\n" in whole:
+            found = found.replace(m.group(0), f"Failing check ({m['file']}, line {m['line']}):\n{whole}")
     if found:
         return found
     lines = obs.splitlines()
@@ -196,7 +219,7 @@ class ReflectEpisode:
         obs = execute(self.ws, "run_tests", {}, replace(self.tool_options, extract_failure=False))
         if obs.startswith("Tests PASSED"):
             return "passed", "The tests passed.", obs
-        failure = _failure(obs)
+        failure = _failure(obs, self.task.files)
         self._tried[key] = (attempt, failure, True)
         unchanged = " This is the original code, unchanged: the bug is still in it." if key == self._original else ""
         return "failed", f"Your code fails the tests.{unchanged} The failing check:\n{failure}", obs

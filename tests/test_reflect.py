@@ -219,3 +219,17 @@ def test_task_with_docstring_label() -> None:
         assert ep.exit_reason == "submitted" and SCENARIO.score(task, ws, []).passed
     finally:
         ws.cleanup()
+
+
+def test_a_multiline_assert_is_shown_whole() -> None:
+    task = SCENARIO.load_tasks(TaskQuery(task_ids=("Python/1",)))[0]
+    ws = Workspace.create(task.files, test_cmd=task.test_cmd)
+    try:
+        ep = ReflectEpisode(task, ws, GenParams(), SCENARIO)
+        ep.advance(reply("```python\nfrom typing import List\n\n\n"
+                         "def separate_paren_groups(paren_string: str) -> List[str]:\n    return []\n```"))
+        text = ep.steps[-1]["text"]
+        assert ep.steps[-1]["check"] == "failed"
+        assert "'(()())', '((()))', '()', '((())()())'\n    ]" in text and "line 7" in text
+    finally:
+        ws.cleanup()

@@ -35,8 +35,12 @@ def run_parser(prog: str = "agent-harness run") -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="skip episodes whose trace is complete")
     p.add_argument("--concurrency", type=int, default=16, help="episodes in flight per model")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--mode", choices=["agent", "single-shot"], default="agent",
-                   help="single-shot: no tools, one completion (baseline)")
+    p.add_argument("--agent", choices=["react", "reflect", "single-shot"], default=None,
+                   help="strategy: react (tools, the default), reflect (whole function, visible tests, "
+                        "reflect on the failing check, --iters times), single-shot (one completion, no tools)")
+    p.add_argument("--iters", type=int, default=None, help="reflect: model turns per episode (default 4)")
+    p.add_argument("--mode", choices=["agent", "single-shot"], default=None,
+                   help="older spelling: --mode agent = --agent react, --mode single-shot = --agent single-shot")
     p.add_argument("--dataset-path", type=Path, default=None, help="HumanEvalFix rows (jsonl or parquet)")
     p.add_argument("--dataset-hub", action="store_true",
                    help="HumanEvalFix from the Hub: datasets.load_dataset('bigcode/humanevalpack', 'python')")
@@ -59,13 +63,26 @@ def run_parser(prog: str = "agent-harness run") -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--list-models", action="store_true", help="print the registry and exit")
     p.add_argument("--list-scenarios", action="store_true", help="print the scenarios and exit")
-    p.add_argument("-v", "--verbose", action="count", default=0)
+    p.add_argument("-v", "--verbose", action="count", default=0,
+                   help="more log lines; -v also shows the vLLM engine's output (else in <out>/engine.log)")
     return p
 
 
 def _positive(name: str, value: int | None, allow_zero: bool = False) -> None:
     if value is not None and (value < 0 or (value == 0 and not allow_zero)):
         raise ConfigError(f"--{name} must be {'>= 0' if allow_zero else '> 0'}, got {value}")
+
+
+def _strategy(args: argparse.Namespace) -> str:
+    """react | reflect | single_shot from --agent, or from its older spelling --mode."""
+    old = {"agent": "react", "single-shot": "single-shot"}.get(args.mode) if args.mode else None
+    if args.agent and old and args.agent != old:
+        raise ConfigError(f"--agent {args.agent} and --mode {args.mode} disagree; use --agent alone")
+    strategy = (args.agent or old or "react").replace("-", "_")
+    if args.iters is not None and strategy != "reflect":
+        raise ConfigError("--iters applies to --agent reflect only")
+    _positive("iters", args.iters)
+    return strategy
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -78,6 +95,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     registry = load_registry(args.registry)
     specs = registry.resolve(args.models)
     from .agent import AgentConfig
+    from .reflect import ReflectConfig
     from .runner import RunConfig, run
     from .scenarios import get_scenario, scenario_names
     from .summary import print_table
@@ -93,11 +111,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     scenarios = scenario_names() if args.all_scenarios else [s.strip() for s in args.scenario.split(",") if s.strip()]
     for s in scenarios:
         get_scenario(s)
+    strategy = _strategy(args)
+    if not args.verbose:  # the engine's warnings go to a file in the output folder; -v shows them
+        os.environ.setdefault("AGENT_HARNESS_ENGINE_LOG", str(args.out / "engine.log"))
     cfg = RunConfig(
         models=specs, scenarios=scenarios, labels=args.label.split(",") if args.label else None, n=args.n,
         task_ids=tuple(t.strip() for t in args.tasks.split(",")) if args.tasks else (), samples=args.samples,
         out=args.out, resume=args.resume, concurrency=args.concurrency, seed=args.seed, embed=not args.no_embed,
-        mode=args.mode.replace("-", "_"), dataset_path=args.dataset_path, dataset_hub=args.dataset_hub,
+        strategy=strategy, dataset_path=args.dataset_path, dataset_hub=args.dataset_hub,
+        reflect=ReflectConfig(iters=args.iters) if args.iters is not None else ReflectConfig(),
         workers=args.workers,
         backend=args.backend, streaming=not args.no_streaming,
         progress=not args.no_progress and sys.stderr.isatty(),
@@ -111,7 +133,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         ),
     )
     summary = run(cfg)
-    print_table({m: {s: e for s, e in sc.items() if s.split("-single_shot")[0] in scenarios}
+    print_table({m: {s: e for s, e in sc.items() if s.removesuffix(f"-{strategy}") in scenarios}
                  for m, sc in summary.items() if m in {spec.name for spec in specs}})
     print(f"traces: {args.out}/  summary: {args.out / 'summary.json'}")
     return 0
@@ -123,6 +145,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
     from .backends import resolve_backend_name
     from .registry import load_registry
+    from .weights import offline_state
 
     reg = load_registry(args.registry)
     table = Table(title=f"models in {reg.source}")
@@ -131,7 +154,8 @@ def cmd_models(args: argparse.Namespace) -> int:
     for m in reg.models:
         name = m.name + (" (default)" if m.name == reg.default else "")
         resolved, why = resolve_backend_name(m)
-        source = "offline (PyPI)" if m.offline else (m.hf_id or m.script or (m.openai.base_url if m.openai else ""))
+        source = (f"offline (PyPI): {offline_state(m)}" if m.offline
+                  else m.hf_id or m.script or (m.openai.base_url if m.openai else ""))
         table.add_row(name, ",".join(m.aliases), m.backend, resolved + (f" ({why})" if why else ""), source,
                       m.description)
     Console(width=200).print(table)

@@ -21,6 +21,7 @@ from .agent import AgentConfig, Episode
 from .backends import load_backend
 from .baseline import SingleShotEpisode
 from .errors import ConfigError
+from .reflect import ReflectConfig, ReflectEpisode, require_reflectable
 from .registry import ModelSpec
 from .sandbox import describe_bounds
 from .scenarios import Scenario, SingleShot, TaskQuery, get_scenario
@@ -30,6 +31,9 @@ from .types import Backend, Completion, GenParams, StreamingBackend, Task
 from .workspace import Workspace
 
 log = logging.getLogger(__name__)
+
+
+STRATEGIES = ("react", "reflect", "single_shot")
 
 
 @dataclass
@@ -47,7 +51,7 @@ class RunConfig:
     concurrency: int = 16
     seed: int = 0
     embed: bool = True
-    mode: str = "agent"  # or "single_shot"
+    strategy: str = "react"  # react (the tool agent) | reflect | single_shot
     dataset_path: Path | None = None
     dataset_hub: bool = False  # HumanEvalFix from the Hugging Face Hub instead of the vendored copy
     agent: AgentConfig = field(default_factory=AgentConfig)
@@ -55,6 +59,16 @@ class RunConfig:
     progress: bool = True
     backend: str | None = None  # force this backend for every model (default: each model's own)
     streaming: bool = True  # continuous batching when the backend supports it (else one batch per tick)
+    reflect: ReflectConfig = field(default_factory=ReflectConfig)
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ConfigError(f"unknown strategy '{self.strategy}'; valid: {', '.join(STRATEGIES)}")
+
+    @property
+    def mode(self) -> str:
+        """The trace's older name for the strategy: 'agent' for react (readers of schema 1.x use it)."""
+        return "agent" if self.strategy == "react" else self.strategy
 
 
 @dataclass
@@ -62,7 +76,7 @@ class Job:
     task: Task
     index: int
     sample: int
-    scenario: str  # directory name: scenario, or "<scenario>-single_shot"
+    scenario: str  # directory name: scenario, or "<scenario>-<strategy>" (single_shot, reflect)
     path: Path
     scenario_name: str = ""  # the registry name (scoring)
 
@@ -91,7 +105,7 @@ class Live:
     """One running episode and the trace that mirrors it on disk."""
 
     job: Job
-    episode: Episode | SingleShotEpisode | Unstarted
+    episode: Episode | SingleShotEpisode | ReflectEpisode | Unstarted
     trace: dict[str, Any]
     started: float = field(default_factory=time.monotonic)
 
@@ -113,12 +127,14 @@ def plan_jobs(cfg: RunConfig) -> Iterator[tuple[str, str, list[Job]]]:
         for label in wanted:
             if label not in scenario.labels:
                 continue
-            if cfg.mode == "single_shot" and not isinstance(scenario, SingleShot):
+            if cfg.strategy == "single_shot" and not isinstance(scenario, SingleShot):
                 raise ConfigError(f"scenario '{name}' has no single-shot baseline")
+            if cfg.strategy == "reflect":
+                require_reflectable(name, scenario)
             query = TaskQuery(label=label, n=cfg.n, task_ids=cfg.task_ids, dataset_path=cfg.dataset_path,
                               options={"hub": True} if cfg.dataset_hub else {})
             tasks = scenario.load_tasks(query)
-            dirname = name if cfg.mode == "agent" else f"{name}-single_shot"
+            dirname = name if cfg.strategy == "react" else f"{name}-{cfg.strategy}"
             yield name, label, [
                 Job(t, _task_index(t, i), s, dirname, Path(), name)
                 for i, t in enumerate(tasks)
@@ -146,7 +162,8 @@ def _header(cfg: RunConfig, spec: ModelSpec, backend: Backend, job: Job, ep_para
         "sandbox": sandbox,
         "sandbox_bounds": describe_bounds(sandbox=sandbox),
         "harness_version": harness_version(),
-        "agent": {"mode": cfg.mode, "max_steps": cfg.agent.max_steps, "max_total_tokens": cfg.agent.max_total_tokens,
+        "agent": {"mode": cfg.mode, "strategy": cfg.strategy,
+                  "max_steps": cfg.agent.max_steps, "max_total_tokens": cfg.agent.max_total_tokens,
                   "max_wall_s": cfg.agent.max_wall_s, "tool_options": asdict(cfg.agent.tool_options),
                   "repeat_detection": cfg.agent.repeat_detection, "format_reminder": cfg.agent.format_reminder,
                   "loop_temperature": cfg.agent.loop_temperature, "demo": cfg.agent.demo,
@@ -217,14 +234,21 @@ class ModelRun:
         params = self.spec.gen_params(seed=self.cfg.seed + job.sample)
         try:
             ws = Workspace.create(job.task.files, test_cmd=job.task.test_cmd)
-            ep: Episode | SingleShotEpisode
-            if self.cfg.mode == "single_shot":
+            ep: Episode | SingleShotEpisode | ReflectEpisode
+            if self.cfg.strategy == "single_shot":
                 ep = SingleShotEpisode(job.task, ws, params, self.scenario(job))
+            elif self.cfg.strategy == "reflect":
+                ep = ReflectEpisode(job.task, ws, params, require_reflectable(job.scenario_name, self.scenario(job)),
+                                    self.cfg.reflect, self.cfg.agent.tool_options)
             else:
                 ep = Episode(job.task, ws, params, self.cfg.agent, temperature_schedule=self.spec.temperature_schedule)
             trace = _header(self.cfg, self.spec, self.backend, job, ep.params, ep.system_prompt, ws.sandbox, ep.demo)
-            if isinstance(ep, SingleShotEpisode):
+            if isinstance(ep, SingleShotEpisode | ReflectEpisode):
                 trace["prompt"]["task"] = ep.user_prompt
+                if hasattr(self.backend, "bind_tasks"):  # the scripted backend answers by the task prompt
+                    self.backend.bind_tasks([], {ep.user_prompt: job.task})
+            if isinstance(ep, ReflectEpisode):
+                trace["agent"]["reflect"] = asdict(self.cfg.reflect)
             live = Live(job, ep, trace)
         except Exception as e:
             if ws is not None:

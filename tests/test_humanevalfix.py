@@ -74,7 +74,7 @@ def test_scenarios_satisfy_protocols() -> None:
     for sc in (SCENARIO, BOGUS):
         assert isinstance(sc, Scenario) and isinstance(sc, SingleShot)
     assert get_scenario("humanevalfix") is SCENARIO and get_scenario("bogus") is BOGUS
-    assert SCENARIO.labels == ("gold",) and BOGUS.labels == ("gold",)
+    assert SCENARIO.labels == ("gold", "docs") and BOGUS.labels == ("gold",)
 
 
 def test_vendored_tasks(tasks: list[Task]) -> None:

@@ -39,7 +39,9 @@ A failure to start (not installed, unsupported CPU, engine crash, out of memory)
 MissingExtraError / BackendUnavailable with one line, so `load_backend` falls back to
 transformers. The engine's children print the real error on stderr, which is teed during the
 start so the line can name that root cause; engine processes left by a failed start are
-terminated.
+terminated. With ``AGENT_HARNESS_ENGINE_LOG=<file>`` (the CLI sets ``<out>/engine.log`` unless
+``-v``) that stream, and vLLM's own log lines (sent to stderr, not stdout), go to the file instead of
+the terminal: a run prints its progress and table, not ~30 engine warnings.
 """
 
 from __future__ import annotations
@@ -216,7 +218,8 @@ class _StderrTee:
     failed start reads its root cause from the kept lines.
     """
 
-    def __init__(self, keep: int = 400) -> None:
+    def __init__(self, keep: int = 400, log_path: str | None = None) -> None:
+        self.log_path = log_path  # copy to this file (appended) instead of the real stderr
         self.lines: collections.deque[str] = collections.deque(maxlen=keep)
         self._bytes = 0
         self._thread: threading.Thread | None = None
@@ -230,6 +233,15 @@ class _StderrTee:
         except (OSError, ValueError):
             return self  # no usable fd 2 (embedded interpreter): no tee, no root cause
         out = os.dup(self._saved)
+        if self.log_path:
+            try:
+                os.makedirs(os.path.dirname(os.path.abspath(self.log_path)), exist_ok=True)
+                log_fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            except OSError as e:
+                log.warning("engine log %s: %s; engine output goes to stderr", self.log_path, e.strerror)
+            else:
+                os.close(out)
+                out = log_fd
         self._thread = threading.Thread(target=self._pump, args=(read_fd, out), name="vllm-stderr-tee",
                                         daemon=True)
         self._thread.start()
@@ -285,6 +297,16 @@ class _StderrTee:
         return None
 
 
+def _log_to_file(name: str, path: str) -> None:
+    """Point the stream handlers of logger `name` at `path` (appended)."""
+    for h in logging.getLogger(name).handlers:
+        if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler):
+            try:
+                h.setStream(open(path, "a", encoding="utf-8"))  # noqa: SIM115 - lives as long as the handler
+            except OSError:
+                return
+
+
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
@@ -319,8 +341,13 @@ class VLLMBackend:
         t0 = time.perf_counter()
         source = model_source(spec, weights_dtype)
         self.tokenizer = load_tokenizer(transformers, spec, source)
+        engine_log = os.environ.get("AGENT_HARNESS_ENGINE_LOG", "").strip() or None
+        if engine_log:  # vLLM logs to stdout by default; stderr is what the tee sends to the file
+            os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+        tee = _StderrTee(log_path=engine_log)
         try:
-            import vllm
+            with tee:  # import-time warnings (Triton, torch) go where the engine's lines go
+                import vllm
         except ImportError as e:
             raise MissingExtraError(
                 f"vllm is not importable ({_first_line(e)}); reinstall it with scripts/install_vllm.sh"
@@ -335,7 +362,6 @@ class VLLMBackend:
         }
         kwargs.update(options)
         before = set(_children())
-        tee = _StderrTee()
         try:
             with tee:
                 self.llm = vllm.LLM(**kwargs)
@@ -348,6 +374,8 @@ class VLLMBackend:
                 + (f"; root cause: {cause}" if cause else "")
                 + (f"; terminated {len(reaped)} leftover engine process(es)" if reaped else "")
             ) from e
+        if engine_log:
+            _log_to_file("vllm", engine_log)  # the parent's later vLLM lines (deprecation notices)
         self.load_s = time.perf_counter() - t0
         details: dict[str, Any] = {
             "vllm": vllm.__version__, "model_dir": source, "dtype": self.dtype,

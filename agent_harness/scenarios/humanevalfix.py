@@ -6,6 +6,11 @@ and a visible test file `test_<entry_point>.py` that imports the function and ru
 are the specification). Scoring copies only the final module into a fresh directory and runs
 the full hidden test against it in the sandbox, so edits to the visible tests change nothing.
 
+The ``docs`` label is bigcode's HumanEvalFixDocs setting: the module starts from the dataset's
+`prompt` (signature and docstring) instead of the bare `declaration`, and the single-shot prompt is
+the buggy function with its docstring and no tests. The visible test file and the hidden test
+are the same as under ``gold``, so for the agent strategies the docstring is the only difference.
+
 Data: `scenarios/humanevalfix/python.jsonl` (164 rows, sha256-pinned; see its README), a
 user-given `dataset_path` (.jsonl or .parquet), or the Hugging Face Hub with ``options["hub"]``.
 ``options["timeout_s"]`` sets the hidden test's time limit (default 10 s, as bigcode's harness).
@@ -41,6 +46,7 @@ REQUIRED_FIELDS = ("task_id", "declaration", "buggy_solution", "canonical_soluti
 HIDDEN_TIMEOUT_S = 10.0  # bigcode-evaluation-harness uses 10 s for Python
 MAX_OUTPUT_CHARS = 4000
 HIDDEN_RUNNER = "_hidden_check.py"
+DOCS_LABEL = "docs"  # HumanEvalFixDocs: signature + docstring instead of the declaration
 SINGLE_SHOT_SYSTEM = (
     "You are an expert Python programmer. Reply with the complete fixed function in one "
     "```python code block."
@@ -207,26 +213,32 @@ def hidden_program(module: str, entry_point: str, test: str) -> str:
     )
 
 
-def statement(task_id: str, entry_point: str, module: str) -> str:
+def statement(task_id: str, entry_point: str, module: str, docs: bool = False) -> str:
+    spec = (f"Its docstring says what it should do, and the tests in `test_{module}` show the expected behaviour."
+            if docs else f"The tests in `test_{module}` show the expected behaviour.")
     return (
         f"Task {task_id}: the function `{entry_point}` in `{module}` has a bug.\n"
-        f"The tests in `test_{module}` show the expected behaviour. Read `{module}`, fix the bug, "
+        f"{spec} Read `{module}`, fix the bug, "
         f"and run the tests to check your fix. Change only `{module}`; do not edit the tests."
     )
 
 
 def build_task(row: dict[str, Any], index: int, scenario: str = "humanevalfix", label: str = "gold",
                timeout_s: float = HIDDEN_TIMEOUT_S) -> Task:
-    """One Task from one dataset row (see the module docstring for the layout)."""
+    """One Task from one dataset row (see the module docstring for the layout and the labels)."""
     ep = row["entry_point"]
     module = module_name(ep)
     test_file = f"test_{module}"
-    buggy = _prefix(row) + row["declaration"] + row["buggy_solution"]
-    fixed = _prefix(row) + row["declaration"] + row["canonical_solution"]
+    docs = label == DOCS_LABEL
+    if docs and not isinstance(row.get("prompt"), str):
+        raise ConfigError(f"{scenario}: row {row['task_id']} has no 'prompt' field, which label '{DOCS_LABEL}' needs")
+    head = _prefix(row) + (row["prompt"] if docs else row["declaration"])
+    buggy = head + row["buggy_solution"]
+    fixed = head + row["canonical_solution"]
     return Task(
         id=row["task_id"],
         scenario=scenario,
-        statement=statement(row["task_id"], ep, module),
+        statement=statement(row["task_id"], ep, module, docs),
         files={module: buggy, test_file: visible_test(module, ep, row["test"])},
         label=label,
         test_cmd=["python3", test_file],
@@ -243,7 +255,8 @@ def build_task(row: dict[str, Any], index: int, scenario: str = "humanevalfix", 
             "failure_symptoms": row.get("failure_symptoms", ""),
             "module": module,
             "test_file": test_file,
-            "declaration": _prefix(row) + row["declaration"],
+            "declaration": head,  # what a body-only answer is appended to (with the docstring under docs)
+            "docs": docs,
             "hidden_test": row["test"],
             "timeout_s": timeout_s,
         },
@@ -313,6 +326,7 @@ def _read_module(ws: Workspace, module: str) -> str | None:
 
 _LANG_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_+.-")
 _CODE_START = re.compile(r"^(from |import |def |async def |class |@)")
+_TOP_DEF = re.compile(r"^(async\s+)?def\s+\w+\s*\(", re.M)
 _KEEP = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign,
          ast.AnnAssign)
 
@@ -366,6 +380,13 @@ def extract_code(completion: str, entry_point: str | None = None) -> str:
         if _CODE_START.match(line):
             return "\n".join(lines[i:]) + "\n"
     return completion
+
+
+def has_code(completion: str) -> bool:
+    """A fenced block, a line that starts code (def, import, ...) or an indented body: not prose only."""
+    lines = completion.splitlines()
+    return bool(_fenced_blocks(completion) or (lines and lines[0][:1] in (" ", "\t") and completion.strip())
+                or any(_CODE_START.match(line) for line in lines))
 
 
 def _parse_prefix(code: str) -> ast.Module | None:
@@ -428,6 +449,42 @@ def fixed_module(task: Task, completion: str) -> str | None:
     return declaration.rstrip("\n") + "\n" + body + "\n"
 
 
+def _parameters(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    a = fn.args
+    names = [p.arg for p in [*a.posonlyargs, *a.args, *a.kwonlyargs]]
+    if a.vararg:
+        names.append(f"*{a.vararg.arg}")
+    if a.kwarg:
+        names.append(f"**{a.kwarg.arg}")
+    return names
+
+
+def _entry(tree: ast.Module, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    return next((n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == name),
+                None)
+
+
+def signature_problem(task: Task, source: str) -> str | None:
+    """Why `source` cannot be the fixed module: no top-level entry point, or its parameters changed.
+    None when it is fine, or when it does not parse (the syntax check says why)."""
+    ep = task.metadata["entry_point"]
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    fn = _entry(tree, ep)
+    if fn is None:
+        return f"the code does not define the function `{ep}` at the top level."
+    try:
+        ref = _entry(ast.parse(task.metadata["declaration"].rstrip() + "\n    pass\n"), ep)
+    except SyntaxError:
+        return None
+    if ref is not None and _parameters(fn) != _parameters(ref):
+        return (f"`{ep}` must keep its parameters ({', '.join(_parameters(ref))}); "
+                f"yours are ({', '.join(_parameters(fn))}).")
+    return None
+
+
 # ---------------------------------------------------------------------------------------
 # The scenario
 # ---------------------------------------------------------------------------------------
@@ -439,7 +496,7 @@ class HumanEvalFix:
 
     name: str = "humanevalfix"
     description: str = "Fix a bug in one Python function; the tests in the workspace are the specification"
-    labels: tuple[str, ...] = ("gold",)
+    labels: tuple[str, ...] = ("gold", DOCS_LABEL)
     timeout_s: float = HIDDEN_TIMEOUT_S
 
     def load_tasks(self, query: TaskQuery) -> list[Task]:
@@ -459,11 +516,29 @@ class HumanEvalFix:
     def single_shot_prompt(self, task: Task) -> Conversation:
         """bigcode-evaluation-harness HumanEvalFixTests, `instruct` prompt: the buggy function, its
         tests, then "Fix bugs in <entry_point>.". The trailing declaration that prompt ends with is
-        left out: chat backends cannot pre-fill the reply; the system message asks for a code block."""
+        left out: chat backends cannot pre-fill the reply; the system message asks for a code block.
+        Under the docs label (HumanEvalFixDocs) the function carries its docstring and no tests follow."""
         md = task.metadata
-        context = task.files[md["module"]] + "\n" + md["hidden_test"]
+        context = task.files[md["module"]] + ("" if md.get("docs") else "\n" + md["hidden_test"])
         user = (context + "\n" + f"Fix bugs in {md['entry_point']}.").strip()
         return [{"role": "system", "content": SINGLE_SHOT_SYSTEM}, {"role": "user", "content": user}]
+
+    # Reflectable (the reflect strategy): the module is the answer; its entry point must keep its parameters.
+    def target_file(self, task: Task) -> str:
+        return str(task.metadata["module"])
+
+    def fixed_source(self, task: Task, completion: str) -> str | None:
+        """As `fixed_module`, except that prose is no code, and a function other than the entry point is
+        kept as written (not taken for a body), so that `check_source` can say the entry point is missing."""
+        if not has_code(completion):
+            return None
+        code = extract_code(completion, task.metadata["entry_point"]).expandtabs(4)
+        if _TOP_DEF.search(code) and not _defines(code, task.metadata["entry_point"], top_level=True):
+            return code
+        return fixed_module(task, completion)
+
+    def check_source(self, task: Task, source: str) -> str | None:
+        return signature_problem(task, source)
 
     def apply_single_shot(self, task: Task, ws: Workspace, completion: str) -> None:
         """Write the module a completion stands for; a completion without code changes nothing."""

@@ -1,0 +1,232 @@
+"""The reflect strategy: propose the whole fixed function, run the visible tests, reflect on the failure.
+
+Each iteration is one model turn. The reply's code is extracted (by the scenario), checked
+without running it (syntax, then the entry point and its parameters), written to the workspace
+and tested in the sandbox. On a failure the next prompt holds only the task, the last extracted
+code and the failing check, not the whole history: small models copy what their context holds.
+A version already tried gets "try a different approach" with its known failure instead of a
+second test run. Temperature rises per iteration (seeded; both recorded on each attempt step).
+
+`ReflectEpisode` has the shape of `agent.Episode` (prompt, gen_params, advance, done, steps, ...),
+so the runner's tick and streaming loops run it unchanged. Scenarios opt in by implementing
+`Reflectable`; the others (repo and security scenarios) are refused with one line.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from .baseline import MIN_TOKENS
+from .errors import ConfigError, ToolError
+from .scenarios import SingleShot
+from .tools import ToolOptions, execute, failure_summary, syntax_error
+from .types import Completion, Conversation, GenParams, Message, Task
+from .workspace import Workspace
+
+ASK = "Reply with the complete fixed function in one ```python code block."
+MAX_FAILURE_CHARS = 800
+MAX_ECHO_CHARS = 2000  # a reply without code, echoed back as the assistant turn
+
+
+@runtime_checkable
+class Reflectable(SingleShot, Protocol):
+    """A scenario whose answer is one file of code the strategy can extract, check and test."""
+
+    def target_file(self, task: Task) -> str:
+        """The workspace file the extracted code replaces."""
+        ...
+
+    def fixed_source(self, task: Task, completion: str) -> str | None:
+        """The file text a completion stands for; None when it holds no code."""
+        ...
+
+    def check_source(self, task: Task, source: str) -> str | None:
+        """Why `source` cannot be tested (entry point missing, parameters changed), or None."""
+        ...
+
+
+def require_reflectable(name: str, scenario: object) -> Reflectable:
+    if not isinstance(scenario, Reflectable):
+        raise ConfigError(f"scenario '{name}' cannot run --agent reflect: it has no single function to "
+                          "extract and test (use --agent react)")
+    return scenario
+
+
+@dataclass(frozen=True)
+class ReflectConfig:
+    """`iters` model turns at most; iteration i samples at max(model temperature, temperatures[i])."""
+
+    iters: int = 4
+    temperatures: tuple[float, ...] = (0.0, 0.4, 0.7, 1.0)  # the last one repeats
+    seed_stride: int = 1000  # iteration i samples with seed + i * seed_stride
+
+    def __post_init__(self) -> None:
+        if self.iters < 1:
+            raise ConfigError(f"--iters must be > 0, got {self.iters}")
+        if not self.temperatures or any(not 0.0 <= t <= 2.0 for t in self.temperatures):
+            raise ConfigError("reflect temperatures must be between 0 and 2")
+
+
+def _norm(source: str) -> str:
+    return "\n".join(line.rstrip() for line in source.strip().splitlines())
+
+
+_CHECK = re.compile(r"^Failing check: .*  \((?P<file>[^()]+), line (?P<line>\d+)\)$", re.M)
+
+
+def _whole_statement(files: dict[str, str], rel: str, line: int) -> str | None:
+    """The statement of task file `rel` at `line`, all its lines (a traceback shows only the first)."""
+    try:
+        tree = ast.parse(files[rel])
+    except (KeyError, SyntaxError, ValueError):
+        return None
+    found = [n for n in ast.walk(tree) if isinstance(n, ast.stmt) and not isinstance(n, ast.FunctionDef | ast.If)
+             and n.lineno <= line <= (n.end_lineno or n.lineno)]
+    text = ast.get_source_segment(files[rel], min(found, key=lambda n: (n.end_lineno or n.lineno) - n.lineno)) \
+        if found else None
+    return text if text and len(text) <= MAX_FAILURE_CHARS else None
+
+
+def _failure(obs: str, files: dict[str, str]) -> str:
+    """The failing check of a test run, in a few lines; else the run's status and output tail."""
+    found = failure_summary(obs)
+    m = _CHECK.search(found or "")
+    if found and m:
+        whole = _whole_statement(files, m["file"], int(m["line"]))
+        if whole and "\n" in whole:
+            found = found.replace(m.group(0), f"Failing check ({m['file']}, line {m['line']}):\n{whole}")
+    if found:
+        return found
+    lines = obs.splitlines()
+    text = "\n".join([lines[0], *lines[1:][-10:]]) if lines else "(no output)"
+    return text if len(text) <= MAX_FAILURE_CHARS else text[:MAX_FAILURE_CHARS] + " ..."
+
+
+@dataclass
+class ReflectEpisode:
+    task: Task
+    ws: Workspace
+    params: GenParams
+    scenario: Reflectable
+    config: ReflectConfig = field(default_factory=ReflectConfig)
+    tool_options: ToolOptions = field(default_factory=ToolOptions)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    turn: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    exit_reason: str | None = None
+    final: str | None = None
+    started: float = field(default_factory=time.monotonic)
+    demo: list[Any] = field(default_factory=list)
+    _last: Message | None = None  # the last attempt as the assistant turn of the next prompt
+    _feedback: str = ""
+    _tried: dict[str, tuple[int, str, bool]] = field(default_factory=dict)  # code -> attempt, failure, valid
+
+    def __post_init__(self) -> None:
+        self.task_messages: Conversation = self.scenario.single_shot_prompt(self.task)
+        self.system_prompt = next((m["content"] for m in self.task_messages if m["role"] == "system"), "")
+        self.user_prompt = self.task_messages[-1]["content"]
+        self.target = self.scenario.target_file(self.task)
+        self._original = _norm(self.task.files.get(self.target, ""))
+        self.params = GenParams(**{**asdict(self.params), "max_tokens": max(self.params.max_tokens, MIN_TOKENS),
+                                   "stop": ()})
+
+    @property
+    def done(self) -> bool:
+        return self.exit_reason is not None
+
+    def prompt(self) -> Conversation:
+        if self._last is None:
+            return list(self.task_messages)
+        return [*self.task_messages, self._last, {"role": "user", "content": self._feedback}]
+
+    def gen_params(self) -> GenParams:
+        cfg = self.config
+        temp = max(self.params.temperature, cfg.temperatures[min(self.turn, len(cfg.temperatures) - 1)])
+        seed = None if self.params.seed is None else self.params.seed + self.turn * cfg.seed_stride
+        if temp == self.params.temperature and seed == self.params.seed:
+            return self.params
+        return GenParams(**{**asdict(self.params), "temperature": temp, "seed": seed})
+
+    def _step(self, type_: str, text: str, **extra: Any) -> dict[str, Any]:
+        step = {"i": len(self.steps), "turn": self.turn, "type": type_, "text": text, **extra}
+        self.steps.append(step)
+        return step
+
+    def advance(self, c: Completion) -> list[dict[str, Any]]:
+        """Consume one reply: extract, check, write, test; then the feedback for the next turn."""
+        first = len(self.steps)
+        params = self.gen_params()
+        self.prompt_tokens += c.prompt_tokens
+        self.completion_tokens += c.completion_tokens
+        self.cached_tokens += c.cached_tokens
+        source = self.scenario.fixed_source(self.task, c.text)
+        self._step("attempt", source or "", raw=c.text, finish_reason=c.finish_reason, latency_s=c.latency_s,
+                   tokens=c.token_counts(), temperature=params.temperature, seed=params.seed)
+        if c.finish_reason == "length" and c.completion_tokens == 0:
+            self.exit_reason = "context"
+        else:
+            try:
+                check, message, output = self._evaluate(source)
+            except Exception as e:  # a harness fault ends this episode, never the run
+                self._step("feedback", f"harness error: {type(e).__name__}: {e}", check="error")
+                self.exit_reason, self.turn = "error", self.turn + 1
+                return self.steps[first:]
+            extra = {"output": output} if output is not None else {}
+            self._step("feedback", message, check=check, tool="run_tests" if output is not None else None, **extra)
+            if check == "passed":
+                self.exit_reason = "submitted"
+            self._feedback = f"{message}\n{ASK}" if check != "passed" else ""
+            self._last = {"role": "assistant", "content": f"```python\n{source.rstrip()}\n```" if source
+                          else (c.text[:MAX_ECHO_CHARS] or "(empty reply)")}
+        self.turn += 1
+        if not self.done and self.turn >= self.config.iters:
+            self.exit_reason = "max_steps"
+        return self.steps[first:]
+
+    def _evaluate(self, source: str | None) -> tuple[str, str, str | None]:
+        """(check, the message for the model, the test output when the tests ran)."""
+        if source is None:
+            return "no_code", "Your reply has no code.", None
+        key, attempt = _norm(source), self.turn + 1
+        if key in self._tried:
+            n, failure, valid = self._tried[key]
+            if valid:
+                self._write(self.target, source)  # the workspace holds the latest valid version
+            return "repeat", f"This is the same code as your attempt {n}, which failed:\n{failure}\n" \
+                "Try a different approach.", None
+        error = syntax_error(source, self.target)
+        if error:
+            self._tried[key] = (attempt, error, False)
+            return "syntax", f"Your code has a syntax error, so the tests were not run:\n{error}", None
+        problem = self.scenario.check_source(self.task, source)
+        if problem:
+            self._tried[key] = (attempt, problem, False)
+            return "signature", f"The tests were not run: {problem}", None
+        try:
+            self._write(self.target, source)
+            for rel, text in self.task.files.items():  # tests the last run may have rewritten
+                if rel != self.target:
+                    self._write(rel, text)
+        except ToolError as e:
+            return "write_error", f"Your code could not be saved and tested: {e}", None
+        obs = execute(self.ws, "run_tests", {}, replace(self.tool_options, extract_failure=False))
+        if obs.startswith("Tests PASSED"):
+            return "passed", "The tests passed.", obs
+        failure = _failure(obs, self.task.files)
+        self._tried[key] = (attempt, failure, True)
+        unchanged = " This is the original code, unchanged: the bug is still in it." if key == self._original else ""
+        return "failed", f"Your code fails the tests.{unchanged} The failing check:\n{failure}", obs
+
+    def _write(self, rel: str, text: str) -> None:
+        """Write through the file tool (confined to the workspace, never through a link)."""
+        path = Path(self.ws.root) / rel
+        if path.is_symlink():  # a test run may have left one; write the file itself, not its target
+            path.unlink()
+        execute(self.ws, "write_file", {"path": rel, "content": text}, replace(self.tool_options, syntax_check=False))

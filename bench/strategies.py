@@ -1,0 +1,251 @@
+#!/usr/bin/env python3
+"""The strategy table: single-shot, reflect and the react agent, side by side, per model.
+
+    .venv/bin/python bench/strategies.py --models qwen2.5-coder-0.5b,qwen2.5-coder-1.5b-offline --n 164
+    .venv/bin/python bench/strategies.py --models qwen2.5-coder-0.5b --n 164 --only reflect --resume
+
+Each configuration (CONFIGS below: a name, the CLI flags it adds, optionally a sampling temperature)
+runs through the normal CLI, `run_agents.py --no-embed --resume`, one model at a time, into its own
+folder `<out>/<config>/`. A finished config × model leaves `<out>/<config>/done-<model>.json`;
+`--resume` skips those and continues the others where their traces stop, so a long benchmark can be
+stopped and picked up again. `--only NAME[,NAME]` runs a subset. A config whose flags this CLI does not
+have (e.g. `--history` before that feature exists) is skipped with a note.
+
+The table (printed, and appended to bench/RESULTS.md unless `--no-append`): pass@1 with its 95 % CI
+(Wilson over episodes; pass@k too when a config samples k times), mean turns, mean prompt / computed
+(prompt - cached) / completion tokens per episode, wall time (the run's, model load excluded, from
+`runs.jsonl`), turns and tokens (prompt + completion) per solved task, and the machine and date.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from agent_harness.metrics import aggregate_pass_at_k, bootstrap_interval, wilson_interval  # noqa: E402
+from agent_harness.trace import load_traces  # noqa: E402
+
+RESULTS = ROOT / "bench" / "RESULTS.md"
+
+
+@dataclass(frozen=True)
+class Config:
+    args: tuple[str, ...]
+    temperature: float | None = None  # sampling temperature for every model (a registry copy); None: the model's
+    samples: int = 1
+
+
+CONFIGS: dict[str, Config] = {
+    "single-shot": Config(("--agent", "single-shot")),
+    "reflect": Config(("--agent", "reflect")),
+    "react-full": Config(("--agent", "react", "--history", "full")),
+    "react-condensed": Config(("--agent", "react", "--history", "condensed")),
+    "single-shot-pass5-T0.8": Config(("--agent", "single-shot"), temperature=0.8, samples=5),
+}
+
+
+def machine() -> str:
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    cpu = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")),
+               platform.processor() or "unknown CPU")
+    flags = set(next((ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags")), []))
+    bf16 = "yes" if "avx512_bf16" in flags else "no"
+    return f"{cpu}, {len(os.sched_getaffinity(0))} cores, AVX-512 BF16: {bf16}"
+
+
+def git_rev() -> str:
+    r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    return r.stdout.strip() or "?"
+
+
+def cli_flags() -> str:
+    r = subprocess.run([sys.executable, str(ROOT / "run_agents.py"), "--help"], capture_output=True, text=True,
+                       cwd=ROOT, timeout=120)
+    return r.stdout
+
+
+def missing_flags(cfg: Config, help_text: str) -> list[str]:
+    return [a for a in cfg.args if a.startswith("--") and a not in help_text]
+
+
+def registry_copy(models: list[str], temperature: float, dest: Path, source: Path) -> Path:
+    """`source` with `temperature` set on the named models (by name or alias)."""
+    import yaml
+
+    data = yaml.safe_load(source.read_text(encoding="utf-8"))
+    for m in data["models"]:
+        if m["name"] in models or set(m.get("aliases") or ()) & set(models):
+            m["temperature"] = temperature
+            m.pop("temperature_schedule", None)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return dest
+
+
+def run_config(name: str, cfg: Config, model: str, args: argparse.Namespace) -> tuple[str, str]:
+    """Run one config × model through the CLI; (status, note)."""
+    folder = args.out / name
+    done = folder / f"done-{model}.json"
+    if done.is_file():
+        return "done", "already done (skipped)"
+    cmd = [sys.executable, str(ROOT / "run_agents.py"), "--models", model, "--n", str(args.n), "--out", str(folder),
+           "--no-embed", "--resume", *cfg.args, *shlex.split(args.cli_args)]
+    if cfg.samples > 1:
+        cmd += ["--samples", str(cfg.samples)]
+    if cfg.temperature is not None:
+        cmd += ["--registry", str(registry_copy([model], cfg.temperature, folder / "models.yaml", args.registry))]
+    elif args.registry != ROOT / "models.yaml":
+        cmd += ["--registry", str(args.registry)]
+    print(f"[strategies] {name} × {model}: {shlex.join(cmd[1:])}", file=sys.stderr, flush=True)
+    r = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL if args.quiet else None)
+    if r.returncode != 0:
+        return "failed", f"run_agents.py exited {r.returncode}"
+    done.write_text(json.dumps({"config": name, "model": model, "n": args.n, "cmd": cmd[1:],
+                                "finished": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}) + "\n")
+    return "ok", ""
+
+
+def _wall(folder: Path, model: str) -> float:
+    total = 0.0
+    runs = folder / "runs.jsonl"
+    for line in runs.read_text(encoding="utf-8").splitlines() if runs.is_file() else []:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if row.get("model") == model:
+            total += float(row.get("wall_s") or 0.0)
+    return total
+
+
+def row_for(name: str, cfg: Config, model: str, args: argparse.Namespace) -> dict[str, Any] | None:
+    folder = args.out / name
+    if not (folder / model).is_dir():
+        return None
+    runs = load_traces(folder / model).runs
+    runs = runs[(runs["model"] == model) & runs["completed"].fillna(False).astype(bool)]
+    if args.label:
+        runs = runs[runs["label"] == args.label]
+    if runs.empty:
+        return None
+    per_task: dict[str, list[bool]] = {}
+    for task, passed in zip(runs["task_id"], runs["passed"], strict=True):
+        per_task.setdefault(str(task), []).append(bool(passed))
+    passed = int(sum(map(sum, per_task.values())))
+    episodes = len(runs)
+    k = cfg.samples
+    at = aggregate_pass_at_k(per_task, sorted({1, k}))
+    lo, hi = wilson_interval(passed, episodes) if k == 1 else bootstrap_interval(per_task, 1)
+    solved = sum(any(v) for v in per_task.values())
+    prompt = float(runs["prompt_tokens"].fillna(0).sum())
+    cached = float(runs["cached_prompt_tokens"].fillna(0).sum())
+    completion = float(runs["completion_tokens"].fillna(0).sum())
+    turns = float(runs["num_turns"].fillna(0).sum())
+    return {
+        "config": name, "model": model, "tasks": len(per_task), "episodes": episodes,
+        "pass@1": at.get(1, 0.0), "ci": (lo, hi), "pass_k": at.get(k) if k > 1 else None, "k": k,
+        "turns": turns / episodes, "prompt": prompt / episodes, "computed": (prompt - cached) / episodes,
+        "completion": completion / episodes, "wall_s": _wall(folder, model), "solved": solved,
+        "turns_per_solved": turns / solved if solved else None,
+        "tokens_per_solved": (prompt + completion) / solved if solved else None,
+    }
+
+
+def _num(v: float | None, fmt: str = "{:,.0f}") -> str:
+    return "–" if v is None else fmt.format(v)
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = ("| config | model | tasks | pass@1 [95% CI] | pass@k | mean turns | prompt tok | computed tok "
+            "| completion tok | wall s | solved | turns / solved | tokens / solved |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        lo, hi = r["ci"]
+        pk = "–" if r["pass_k"] is None else f"pass@{r['k']} {r['pass_k']:.3f}"
+        lines.append(
+            f"| {r['config']} | {r['model']} | {r['tasks']} | {r['pass@1']:.3f} [{lo:.2f}, {hi:.2f}] | {pk} "
+            f"| {r['turns']:.2f} | {_num(r['prompt'])} | {_num(r['computed'])} | {_num(r['completion'])} "
+            f"| {r['wall_s']:.0f} | {r['solved']} | {_num(r['turns_per_solved'], '{:.1f}')} "
+            f"| {_num(r['tokens_per_solved'])} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", default="qwen2.5-coder-0.5b", help="comma-separated registry names")
+    p.add_argument("--n", type=int, default=164, help="first N HumanEvalFix tasks")
+    p.add_argument("--only", default=None, help=f"comma-separated configs (default: all of {', '.join(CONFIGS)})")
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "strategies", help="one folder per config")
+    p.add_argument("--resume", action="store_true",
+                   help="skip config × model pairs already done and continue the others (else a folder "
+                        "with traces is refused)")
+    p.add_argument("--cli-args", default="", help="extra run_agents.py flags for every config, e.g. '--label docs'")
+    p.add_argument("--label", default=None, help="count only this label's episodes (with --cli-args '--label X')")
+    p.add_argument("--registry", type=Path, default=ROOT / "models.yaml")
+    p.add_argument("--results", type=Path, default=RESULTS, help="markdown file the table is appended to")
+    p.add_argument("--no-append", action="store_true", help="print the table only")
+    p.add_argument("--quiet", action="store_true", help="hide the runs' own tables")
+    p.add_argument("--list", action="store_true", help="print the configs and exit")
+    args = p.parse_args(argv)
+    if args.list:
+        for name, cfg in CONFIGS.items():
+            extra = (f"  (T={cfg.temperature}" if cfg.temperature is not None else "  (") + f", samples {cfg.samples})"
+            print(f"{name:24s} {shlex.join(cfg.args)}{extra}")
+        return 0
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    names = [n.strip() for n in args.only.split(",")] if args.only else list(CONFIGS)
+    unknown = [n for n in names if n not in CONFIGS]
+    if unknown or not models or args.n <= 0:
+        why = f"unknown config '{unknown[0]}'; valid: {', '.join(CONFIGS)}" if unknown else \
+            "--models is empty" if not models else "--n must be > 0"
+        print(f"error: {why}", file=sys.stderr)
+        return 2
+    if not args.resume:
+        busy = [f"{args.out / n / m}" for n in names for m in models if (args.out / n / m).is_dir()]
+        if busy:
+            print(f"error: {busy[0]} already holds traces; pass --resume to continue, or another --out",
+                  file=sys.stderr)
+            return 2
+    help_text = cli_flags()
+    notes: list[str] = []
+    for name in names:
+        cfg = CONFIGS[name]
+        missing = missing_flags(cfg, help_text)
+        if missing:
+            notes.append(f"{name}: skipped, this CLI has no {', '.join(missing)}")
+            continue
+        for model in models:
+            status, note = run_config(name, cfg, model, args)
+            if note:
+                notes.append(f"{name} × {model}: {note}")
+    rows = [r for name in names for model in models if (r := row_for(name, CONFIGS[name], model, args))]
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    text = (f"## Strategies: {', '.join(models)}, first {args.n} HumanEvalFix tasks ({now})\n\n"
+            f"Machine: {machine()}; Python {platform.python_version()}; git {git_rev()}. "
+            f"`bench/strategies.py --models {args.models} --n {args.n}"
+            f"{' --cli-args ' + shlex.quote(args.cli_args) if args.cli_args else ''}`: each config through "
+            "`run_agents.py --no-embed`; tokens are means per episode, computed = prompt - cached; "
+            "wall s excludes model load; tokens / solved = (prompt + completion) / tasks solved.\n\n"
+            + (table(rows) if rows else "(no finished episodes)") + "\n"
+            + "".join(f"\n- {n}" for n in notes) + ("\n" if notes else ""))
+    print(text)
+    if not args.no_append and rows:
+        with args.results.open("a", encoding="utf-8") as f:
+            f.write("\n" + text)
+    return 1 if any("exited" in n for n in notes) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

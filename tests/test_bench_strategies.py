@@ -1,0 +1,47 @@
+"""bench/strategies.py with scripted models: the table, per-config folders, --only and --resume."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(ROOT / "bench" / "strategies.py"), "--quiet", *args],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+
+
+def test_strategy_table_only_and_resume(tmp_path: Path) -> None:
+    out, results = tmp_path / "out", tmp_path / "RESULTS.md"
+    common = ("--models", "oracle,null", "--n", "2", "--out", str(out), "--results", str(results))
+    r = bench(*common, "--only", "reflect,single-shot-pass5-T0.8")
+    assert r.returncode == 0, r.stderr
+    rows = {tuple(c.strip() for c in line.split("|")[1:3]): line for line in r.stdout.splitlines()
+            if line.startswith("| ") and not line.startswith("| config")}
+    assert set(rows) == {("reflect", "oracle"), ("reflect", "null"), ("single-shot-pass5-T0.8", "oracle"),
+                         ("single-shot-pass5-T0.8", "null")}
+    assert "| 1.000 [" in rows["reflect", "oracle"] and "| 0.000 [" in rows["reflect", "null"]
+    assert "pass@5 1.000" in rows["single-shot-pass5-T0.8", "oracle"]
+    assert "AVX-512 BF16: " in r.stdout and results.read_text().count("## Strategies") == 1
+    assert len(list((out / "single-shot-pass5-T0.8" / "oracle").rglob("run_*.json"))) == 10  # 2 tasks × 5
+    assert (out / "single-shot-pass5-T0.8" / "models.yaml").is_file() and (out / "reflect" / "done-null.json").is_file()
+
+    again = bench(*common, "--only", "reflect")  # a folder with traces is not overwritten
+    assert again.returncode == 2 and "pass --resume" in again.stderr
+
+    resumed = bench(*common, "--only", "reflect", "--resume", "--no-append")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "reflect × oracle: already done (skipped)" in resumed.stdout and "[strategies]" not in resumed.stderr
+    assert results.read_text().count("## Strategies") == 1
+
+
+def test_unknown_config_and_missing_flag(tmp_path: Path) -> None:
+    r = bench("--models", "oracle", "--n", "1", "--only", "nope", "--out", str(tmp_path))
+    assert r.returncode == 2 and r.stderr.strip().startswith("error: unknown config 'nope'")
+    listing = bench("--list")
+    assert listing.returncode == 0 and "react-condensed" in listing.stdout and "--history condensed" in listing.stdout

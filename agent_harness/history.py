@@ -153,7 +153,7 @@ def stale_temperature(steps: Sequence[Step], start: float) -> float:
     if not writes or not is_stale(writes[-1]):
         return 0.0
     repeats = sum(map(is_stale, writes))
-    return min(STALE_TEMPERATURE_MAX, start + STALE_TEMPERATURE_STEP * (repeats - 1))
+    return round(min(STALE_TEMPERATURE_MAX, start + STALE_TEMPERATURE_STEP * (repeats - 1)), 3)
 
 
 def tool_facts(ws: Workspace, steps: Sequence[Step], turn: int, tool: str | None, args: Mapping[str, Any],

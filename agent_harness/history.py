@@ -176,7 +176,8 @@ def tool_facts(ws: Workspace, steps: Sequence[Step], turn: int, tool: str | None
     record = write_record(steps, turn, rel, before[1] if before else None, data)
     if not (notes and is_stale(record)):
         return obs, {"file": record}
-    return stale_observation(steps, record, obs), {"file": record, "stale": True}
+    passing = not record["changed"] and (current_outcome(steps) or {}).get("passed")
+    return stale_observation(steps, record, obs), {"file": record, **({} if passing else {"stale": True})}
 
 
 # --------------------------------------------------------------------------------------------

@@ -113,6 +113,12 @@ def test_unchanged_write_is_told_no_change(episode: Callable[..., Run]) -> None:
     assert run.ep.ws.changed_files() == []
 
 
+def test_unchanged_write_after_a_pass_is_not_urged_to_change(episode: Callable[..., Run]) -> None:
+    run = episode([write(FIXED), call("run_tests"), write(FIXED), DONE])
+    assert run.results()[2] == "No change: the content is identical to the file; the tests pass."
+    assert STALE_HINT not in observation(run, 2) and "stale" not in run.result_steps()[2]
+
+
 def test_stale_notes_off_keeps_the_tool_output(episode: Callable[..., Run]) -> None:
     run = episode([write(BUGGY), DONE], stale_notes=False)
     [result] = run.result_steps()

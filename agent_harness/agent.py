@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from . import history
 from .demo import demo_messages
-from .errors import FormatError, LimitsExceeded, Submitted, ToolError
+from .errors import ConfigError, FormatError, LimitsExceeded, Submitted, ToolError
 from .protocol import STOP_STRINGS, ParsedReply, parse_reply, render_system_prompt
 from .tools import ToolOptions, execute, tools_for
 from .types import Backend, Completion, Conversation, GenParams, Task
@@ -47,6 +47,10 @@ class AgentConfig:
     stale_notes: bool = True  # a write that changes nothing, or repeats a failed version, is told so
     stale_temperature: float | None = 0.3  # sample from here (+0.2 per repeat) while the last write is stale
     tool_options: ToolOptions = field(default_factory=ToolOptions)
+
+    def __post_init__(self) -> None:
+        if self.history not in ("full", "condensed"):
+            raise ConfigError(f"history must be 'full' or 'condensed', not {self.history!r}")
 
 
 @dataclass

@@ -15,6 +15,7 @@ import pytest
 
 from agent_harness.agent import AgentConfig, Episode
 from agent_harness.backends.scripted import ScriptedBackend
+from agent_harness.errors import ConfigError
 from agent_harness.history import STALE_HINT, elisions, rebuild_prompt
 from agent_harness.protocol import OBSERVATION_HEADER
 from agent_harness.sandbox import Limits
@@ -293,6 +294,11 @@ def test_cli_condensed_trace_rebuilds_the_prompts(tmp_path: Path, episode: Calla
     finally:
         ws.cleanup()
     assert ep.done
+
+
+def test_unknown_history_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="history must be 'full' or 'condensed'"):
+        AgentConfig(history="short")  # type: ignore[arg-type]
 
 
 def test_cli_helpers_off(tmp_path: Path) -> None:

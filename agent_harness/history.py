@@ -8,13 +8,13 @@ write it again, and again. Two helpers work from the episode's steps:
   (`stale_observation`), and the following turns sample warmer (`stale_temperature`).
 - Condensed history (`elisions`, `condense`). Steps that a later change of a file made stale are
   shown as one line: a read of a file since rewritten, a rewritten attempt and its test run. The
-  latest version of each file stays whole. A write that changed nothing loses its content at once.
+  latest version of each file stays whole, and so does a write that changed nothing until the file
+  changes: as the last reply, a stub in its place was copied verbatim by the 0.5B (smoke run).
 
 Prefix caching: an elision changes an earlier message, so the prompt after it is computed anew.
-Elisions happen only when a file changes (plus the reply of a write that changed nothing, which is
-the prompt's tail), so between two changes the prompt only grows and the cache holds; SWE-agent's
-LastNObservations moves its window every turn (its `polling` option exists to soften that) and
-OpenHands' observation masking likewise, which would miss the cache at every turn.
+Elisions happen only when a file changes, so between two changes the prompt only grows and the
+cache holds; SWE-agent's LastNObservations moves its window every turn (its `polling` option exists
+to soften that) and OpenHands' observation masking likewise, which would miss the cache at every turn.
 
 The trace keeps every step whole; the first step of each turn lists the elisions that turn's
 prompt added (`elided`), so `rebuild_prompt` can recreate every prompt from the trace.
@@ -228,9 +228,10 @@ def elisions(steps: Sequence[Step]) -> dict[tuple[int, str], str]:
             continue
         if f and end.get("tool") == "read_file" and any(c > t for c in _changes(steps, f["path"])):
             out[(t, "user")] = format_observation(f"[read of {f['path']}, since rewritten]")
-        elif f and end.get("tool") == "write_file" and not f["changed"]:
-            out[(t, "assistant")] = _write_stub(group, "content elided: identical to the file")
         elif f and end.get("tool") == "write_file" and any(c > t for c in _changes(steps, f["path"])):
+            if not f["changed"]:  # its note, one line, stays
+                out[(t, "assistant")] = _write_stub(group, "content elided: it was identical to the file")
+                continue
             name = f"attempt {f['attempt']} of {f['path']}"
             out[(t, "assistant")] = _write_stub(group, f"content of {name} elided")
             out[(t, "user")] = format_observation(f"[{name}: {_summary(version_outcome(steps, t, f['path']))}]")

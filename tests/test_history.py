@@ -220,13 +220,16 @@ def test_condensed_history_elides_exactly_the_stale_steps(episode: Callable[...,
     assert run.ep.exit_reason == "submitted" and run.ep.ws.changed_files() == ["calc.py"]
 
 
-def test_an_unchanged_write_loses_its_content_at_once(episode: Callable[..., Run]) -> None:
-    run = episode([call("run_tests"), write(BUGGY, "Same."), call("run_tests"), DONE], history="condensed")
+def test_an_unchanged_write_stays_whole_until_the_file_changes(episode: Callable[..., Run]) -> None:
+    replies = [call("run_tests"), write(BUGGY, "Same."), call("run_tests"), write(FIXED), call("run_tests"), DONE]
+    run = episode(replies, history="condensed")
     first = run.ep.first_turn
-    assert run.prompts[2][first + 2]["content"] == ('THOUGHT: Same.\nTOOL_CALL: {"tool": "write_file", "args": '
-                                                    '{"path": "calc.py"}}\n[content elided: identical to the file]')
-    assert run.prompts[2][first + 3]["content"].startswith(f"{OBSERVATION_HEADER}\nNo change")
-    assert set(elisions(run.ep.steps)) == {(1, "assistant")}  # a file never changed: the test runs stay
+    assert run.prompts[3] == run.prompts[2] + run.prompts[3][len(run.prompts[2]):]
+    assert run.prompts[3][first + 2]["content"] == write(BUGGY, "Same.")
+    stub = 'THOUGHT: Same.\nTOOL_CALL: {"tool": "write_file", "args": {"path": "calc.py"}}\n'
+    assert run.prompts[4][first + 2]["content"] == stub + "[content elided: it was identical to the file]"
+    assert run.prompts[4][first + 3]["content"].startswith(f"{OBSERVATION_HEADER}\nNo change")
+    assert set(elisions(run.ep.steps)) == {(0, "user"), (1, "assistant"), (2, "user")}
 
 
 @pytest.mark.parametrize("history", ["full", "condensed"])
@@ -280,7 +283,7 @@ def test_cli_condensed_trace_rebuilds_the_prompts(tmp_path: Path, episode: Calla
     results = [s for s in trace["steps"] if s["type"] == "tool_result"]
     assert results[3]["text"].startswith("No change: the content is identical to the file; the tests still fail")
     assert [s["temperature"] for s in trace["steps"] if "raw" in s] == [0.0] * 4 + [0.3, 0.0, 0.0]
-    assert [s["turn"] for s in trace["steps"] if "elided" in s] == [2, 4, 5]
+    assert [s["turn"] for s in trace["steps"] if "elided" in s] == [2, 5]
     # The same script driven directly: the prompts it sends are the ones the trace rebuilds.
     ws = Workspace.create(task.files, test_cmd=task.test_cmd)
     backend = ScriptedBackend("replay", script)

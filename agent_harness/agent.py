@@ -11,16 +11,14 @@ import json
 import logging
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
+from . import history
 from .demo import demo_messages
-from .errors import FormatError, LimitsExceeded, Submitted, ToolError
+from .errors import ConfigError, FormatError, LimitsExceeded, Submitted, ToolError
 from .protocol import (
     STOP_STRINGS,
     ParsedReply,
-    format_error,
-    format_observation,
-    next_step,
     parse_reply,
     render_system_prompt,
 )
@@ -54,7 +52,14 @@ class AgentConfig:
     loop_temperature: float | None = 0.7  # sample at this temperature after a reply identical to the last
     demo: bool = True  # a worked example episode as earlier chat turns (demo.py) instead of prompt examples
     submit_checks: int = 1  # FINALs refused, with the failing test output, while the visible tests fail
+    history: Literal["full", "condensed"] = "full"  # condensed: stale steps shown as one line (history.py)
+    stale_notes: bool = True  # a write that changes nothing, or repeats a failed version, is told so
+    stale_temperature: float | None = 0.3  # sample from here (+0.2 per repeat) while the last write is stale
     tool_options: ToolOptions = field(default_factory=ToolOptions)
+
+    def __post_init__(self) -> None:
+        if self.history not in ("full", "condensed"):
+            raise ConfigError(f"history must be 'full' or 'condensed', not {self.history!r}")
 
 
 @dataclass
@@ -76,6 +81,7 @@ class Episode:
     _last_call: str | None = None
     _replies: list[str] = field(default_factory=list)
     _refused: int = 0
+    _elided: dict[tuple[int, str], str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.tools = {t.name: t for t in tools_for(self.ws)}
@@ -84,6 +90,7 @@ class Episode:
         self.demo = list(demo_messages(tuple(self.tools), self.config.format_reminder)) if self.config.demo else []
         self.messages = [{"role": "system", "content": self.system_prompt}, *self.demo,
                          {"role": "user", "content": self.task.statement}]
+        self.first_turn = len(self.messages)  # index of the first reply's message
         stops = tuple(dict.fromkeys((*self.params.stop, *STOP_STRINGS)))
         self.params = GenParams(**{**asdict(self.params), "stop": stops})
 
@@ -92,7 +99,9 @@ class Episode:
         return self.exit_reason is not None
 
     def prompt(self) -> Conversation:
-        return list(self.messages)
+        if self.config.history == "full":
+            return list(self.messages)
+        return history.condense(self.messages, self.first_turn, history.elisions(self.steps))
 
     def gen_params(self) -> GenParams:
         temp = self.params.temperature
@@ -102,6 +111,8 @@ class Episode:
         looping = len(self._replies) >= 2 and self._replies[-1] == self._replies[-2]
         if looping and self.config.loop_temperature is not None:
             temp = max(temp, self.config.loop_temperature)
+        if self.config.stale_temperature is not None:  # copying a failed version: sample away from it
+            temp = max(temp, history.stale_temperature(self.steps, self.config.stale_temperature))
         if temp == self.params.temperature:
             return self.params
         return GenParams(**{**asdict(self.params), "temperature": temp})
@@ -118,7 +129,7 @@ class Episode:
         self.completion_tokens += c.completion_tokens
         self.cached_tokens += c.cached_tokens
         meta = {"raw": c.text, "finish_reason": c.finish_reason, "latency_s": c.latency_s,
-                "tokens": c.token_counts()}
+                "tokens": c.token_counts(), "temperature": self.gen_params().temperature, **self._new_elisions()}
         self.messages.append({"role": "assistant", "content": c.text})
         self._replies.append(c.text)
         try:
@@ -130,8 +141,7 @@ class Episode:
                 if c.finish_reason == "length":  # the likeliest cause, and the one the model can act on
                     e = FormatError(f"Your reply was cut off at the limit of {self.params.max_tokens} tokens. "
                                     f"Write less: no tests or examples in files. {e}")
-                self._step("parse_error", str(e), **meta)
-                self.messages.append({"role": "user", "content": format_error(e)})
+                self._respond(self._step("parse_error", str(e), **meta))
             else:
                 if reply.thought:
                     self._step("thought", reply.thought, **meta)
@@ -161,11 +171,15 @@ class Episode:
         self._step("tool_call", json.dumps({"tool": reply.tool, "args": reply.args}),
                    tool=reply.tool, args=reply.args, call_id=call_id, repairs=reply.repairs, **meta)
         t0 = time.monotonic()
-        obs = self._run_tool(reply.tool or "", reply.args or {})
+        args = reply.args or {}
+        before = history.file_bytes(self.ws, args.get("path")) if reply.tool == "write_file" else None
+        obs = self._run_tool(reply.tool or "", args)
+        obs, facts = history.tool_facts(self.ws, self.steps, self.turn, reply.tool, args, before, obs,
+                                        notes=self.config.stale_notes)
         if "final_after_call" in reply.repairs:
             obs += f"\n\n{FINAL_IGNORED}"
-        self._step("tool_result", obs, tool=reply.tool, call_id=call_id, latency_s=time.monotonic() - t0)
-        self._observe(reply.tool, obs)
+        self._respond(self._step("tool_result", obs, tool=reply.tool, call_id=call_id,
+                                 latency_s=time.monotonic() - t0, **facts))
 
     def _review_final(self, final: str) -> None:
         """Accept the FINAL, or refuse it (up to `submit_checks` times) while the visible tests fail:
@@ -177,14 +191,23 @@ class Episode:
             raise Submitted(final)
         self._refused += 1
         note = f"{FINAL_REFUSED} {NOTHING_CHANGED if not self.ws.changed_files() else ''}".rstrip()
-        self._step("submit_check", obs, tool="run_tests")
-        self._observe("run_tests", obs, note)
+        status = history.test_status(obs)
+        self._respond(self._step("submit_check", obs, tool="run_tests", note=note,
+                                 **({"tests": status} if status else {})))
 
-    def _observe(self, tool: str | None, obs: str, note: str = "") -> None:
-        """The tool's output as the next user message, after `note`, with the format reminder."""
-        reminder = next_step(tool, obs) if self.config.format_reminder else None
-        text = f"{note}\n\n{obs}" if note else obs
-        self.messages.append({"role": "user", "content": format_observation(text, reminder)})
+    def _respond(self, step: dict[str, Any]) -> None:
+        """The step that ends a turn, as the next user message (history.user_message)."""
+        self.messages.append(history.user_message(step, self.config.format_reminder))
+
+    def _new_elisions(self) -> dict[str, Any]:
+        """The messages this turn's prompt shows condensed for the first time, for the trace."""
+        if self.config.history == "full":
+            return {}
+        now = history.elisions(self.steps)
+        new = [{"turn": t, "role": r, "text": text} for (t, r), text in now.items()
+               if self._elided.get((t, r)) != text]
+        self._elided = now
+        return {"elided": new} if new else {}
 
     def _run_tool(self, tool: str, args: dict[str, Any]) -> str:
         key = json.dumps([tool, args], sort_keys=True, default=repr)

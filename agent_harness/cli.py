@@ -55,6 +55,13 @@ def run_parser(prog: str = "agent-harness run") -> argparse.ArgumentParser:
                    help="helper off: sample (temperature 0.7) after a reply identical to the previous one")
     p.add_argument("--no-submit-check", action="store_true",
                    help="helper off: refuse the first FINAL while the visible tests fail, showing their output")
+    p.add_argument("--history", choices=["full", "condensed"], default="full",
+                   help="condensed: reads of files since rewritten, rewritten attempts and their test runs shown "
+                        "as one line each (the trace keeps them whole)")
+    p.add_argument("--no-stale-notes", action="store_true",
+                   help="helper off: tell a write that changes nothing, or repeats a version that failed, so")
+    p.add_argument("--no-stale-temperature", action="store_true",
+                   help="helper off: sample warmer (0.3, +0.2 per repeat) while the last write was stale")
     p.add_argument("--backend", choices=["transformers", "vllm", "openai", "scripted"], default=None,
                    help="force this backend for every model (default: each model's own, with fallback)")
     p.add_argument("--no-streaming", action="store_true",
@@ -128,6 +135,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             repeat_detection=not args.no_repeat_detection, format_reminder=not args.no_format_reminder,
             loop_temperature=None if args.no_loop_break else 0.7, demo=not args.no_demo,
             submit_checks=0 if args.no_submit_check else 1,
+            history=args.history, stale_notes=not args.no_stale_notes,
+            stale_temperature=None if args.no_stale_temperature else 0.3,
             tool_options=ToolOptions(syntax_check=not args.no_syntax_check,
                                      extract_failure=not args.no_failure_extract),
         ),

@@ -1,0 +1,315 @@
+"""Stale attempts named and condensed history (history.py), with the scripted backend in real workspaces."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_harness.agent import AgentConfig, Episode
+from agent_harness.backends.scripted import ScriptedBackend
+from agent_harness.errors import ConfigError
+from agent_harness.history import STALE_HINT, elisions, rebuild_prompt
+from agent_harness.protocol import OBSERVATION_HEADER
+from agent_harness.sandbox import Limits
+from agent_harness.scenarios import TaskQuery, get_scenario
+from agent_harness.trace import validate_trace
+from agent_harness.types import Conversation, GenParams, Task
+from agent_harness.workspace import Workspace
+
+ROOT = Path(__file__).resolve().parent.parent
+BUGGY = "def add(a, b):\n    return a - b\n"
+TIMES = "def add(a, b):\n    return a * b\n"
+FIRST = "def add(a, b):\n    return b - a\n"
+FIXED = "def add(a, b):\n    return a + b\n"
+TESTS = ("import unittest\n\nfrom calc import add\n\n\n"
+         "class T(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n")
+CHECK = "self.assertEqual(add(2, 3), 5)"
+TASK = Task(id="calc", scenario="unit", statement="Fix add() in calc.py so the tests pass.",
+            files={"calc.py": BUGGY, "test_calc.py": TESTS}, test_cmd=["python3", "-m", "unittest", "-q"])
+LIMITS = Limits(cpu_s=5, wall_s=10.0, mem_bytes=512 << 20, nproc=32)
+DONE = "THOUGHT: done\nFINAL: fixed"
+
+
+def call(tool: str, thought: str = "next", **args: object) -> str:
+    return f"THOUGHT: {thought}\nTOOL_CALL: {json.dumps({'tool': tool, 'args': args})}"
+
+
+def write(content: str, thought: str = "fix") -> str:
+    return call("write_file", thought, path="calc.py", content=content)
+
+
+@dataclass
+class Run:
+    """An episode driven to the end, with every prompt and sampling parameter it sent."""
+
+    ep: Episode
+    prompts: list[Conversation] = field(default_factory=list)
+    params: list[GenParams] = field(default_factory=list)
+
+    def results(self) -> list[str]:
+        return [s["text"] for s in self.ep.steps if s["type"] == "tool_result"]
+
+    def result_steps(self) -> list[dict[str, Any]]:
+        return [s for s in self.ep.steps if s["type"] == "tool_result"]
+
+    def trace(self) -> dict[str, Any]:
+        """The parts of a trace that rebuild_prompt reads, through JSON as on disk."""
+        ep = self.ep
+        return json.loads(json.dumps({
+            "prompt": {"system": ep.system_prompt, "task": ep.task.statement, "demo": ep.demo},
+            "agent": {"format_reminder": ep.config.format_reminder, "history": ep.config.history},
+            "steps": ep.steps}))
+
+
+@pytest.fixture
+def episode(tmp_path: Path) -> Iterator[Callable[..., Run]]:
+    made: list[Workspace] = []
+
+    def run(replies: list[str], seed: int | None = None, **config: Any) -> Run:
+        script = tmp_path / f"script{len(made)}.jsonl"
+        script.write_text("".join(json.dumps(r) + "\n" for r in replies))
+        backend = ScriptedBackend("replay", script)
+        backend.bind_tasks([TASK])
+        ws = Workspace.create(TASK.files, test_cmd=TASK.test_cmd, limits=LIMITS)
+        made.append(ws)
+        config.setdefault("submit_checks", 0)
+        config.setdefault("max_steps", 20)
+        out = Run(Episode(TASK, ws, GenParams(max_tokens=400, seed=seed), AgentConfig(**config)))
+        while not out.ep.done:
+            out.prompts.append(out.ep.prompt())
+            out.params.append(out.ep.gen_params())
+            [completion] = backend.generate([out.prompts[-1]], out.params[-1])
+            out.ep.advance(completion)
+        return out
+
+    yield run
+    for ws in made:
+        ws.cleanup()
+
+
+def observation(run: Run, turn: int) -> str:
+    """The user message that followed the reply of `turn`, as the model saw it next."""
+    return run.prompts[turn + 1][run.ep.first_turn + 2 * turn + 1]["content"]
+
+
+# --------------------------------------------------------------------------------------------
+# Stale notes
+
+
+def test_unchanged_write_is_told_no_change(episode: Callable[..., Run]) -> None:
+    run = episode([write(BUGGY), call("run_tests"), write(BUGGY), DONE])
+    untested, _, tested = (s for s in run.result_steps() if s["tool"] in ("write_file", "run_tests"))
+    assert untested["text"] == "No change: the content is identical to the file."
+    assert tested["text"] == f"No change: the content is identical to the file; the tests still fail at {CHECK}."
+    assert untested["stale"] and untested["file"]["changed"] is False and untested["file"]["attempt"] is None
+    assert STALE_HINT in observation(run, 2) and "Now run_tests" not in observation(run, 2)
+    assert run.ep.ws.changed_files() == []
+
+
+def test_unchanged_write_after_a_pass_is_not_urged_to_change(episode: Callable[..., Run]) -> None:
+    run = episode([write(FIXED), call("run_tests"), write(FIXED), DONE])
+    assert run.results()[2] == "No change: the content is identical to the file; the tests pass."
+    assert STALE_HINT not in observation(run, 2) and "stale" not in run.result_steps()[2]
+
+
+def test_stale_notes_off_keeps_the_tool_output(episode: Callable[..., Run]) -> None:
+    run = episode([write(BUGGY), DONE], stale_notes=False)
+    [result] = run.result_steps()
+    assert result["text"] == "Wrote calc.py (2 lines)." and "stale" not in result
+    assert result["file"]["changed"] is False  # still recorded: the condenser and the temperature use it
+    assert observation(run, 0).split("\n\n")[-1].startswith("Now run_tests")
+
+
+def test_repeated_failed_version_names_its_turn_and_warms_the_sampling(episode: Callable[..., Run]) -> None:
+    run = episode([
+        write(FIRST),  # 0: attempt 1
+        call("run_tests"),  # 1: fails
+        write(TIMES),  # 2: attempt 2
+        call("run_tests"),  # 3: fails
+        write(FIRST),  # 4: attempt 1 again -> "tried at turn 1"
+        call("run_tests"),  # 5
+        write(FIRST),  # 6: no change
+        call("run_tests"),  # 7
+        write(FIXED),  # 8: a new version
+        call("run_tests"),  # 9
+        DONE,  # 10
+    ], seed=7)
+    writes = [s for s in run.result_steps() if s["tool"] == "write_file"]
+    assert writes[2]["text"] == ("Wrote calc.py (2 lines).\n"
+                                 f"You tried this exact version at turn 1; it failed at {CHECK}.")
+    assert writes[2]["file"]["repeat_of"] == 0 and writes[2]["file"]["attempt"] == 3 and writes[2]["stale"]
+    assert writes[3]["text"].startswith("No change") and "stale" not in writes[4]
+    temps = [p.temperature for p in run.params]
+    assert temps == [0.0] * 5 + [0.3, 0.3, 0.5, 0.5, 0.0, 0.0]
+    assert [s["temperature"] for s in run.ep.steps if "raw" in s] == temps  # the trace shows each turn's
+    assert {p.seed for p in run.params} == {7}
+    assert run.ep.ws.changed_files() == ["calc.py"] and run.ep.exit_reason == "submitted"
+
+
+def test_stale_temperature_off_stays_greedy(episode: Callable[..., Run]) -> None:
+    run = episode([write(BUGGY), call("run_tests"), write(BUGGY), call("run_tests"), DONE], stale_temperature=None)
+    assert {p.temperature for p in run.params} == {0.0}
+    assert run.result_steps()[2]["text"].startswith("No change")
+
+
+def test_stale_temperature_is_capped(episode: Callable[..., Run]) -> None:
+    run = episode([write(BUGGY)] * 7 + [DONE], loop_temperature=None)
+    assert [p.temperature for p in run.params] == [0.0, 0.3, 0.5, 0.7, 0.9, 1.0, 1.0, 1.0]
+
+
+def test_swapped_files_are_not_followed(episode: Callable[..., Run]) -> None:
+    """The agent's commands may turn the file into a fifo or a link out: notes never block or escape."""
+    run = episode([
+        call("run_cmd", cmd="rm calc.py && mkfifo calc.py"),
+        write(FIXED),  # replaces the fifo: a new version
+        call("run_cmd", cmd="rm calc.py && ln -s /etc/hostname calc.py"),
+        write(FIXED),  # refused: the link leads outside
+        call("read_file", path="calc.py"),
+        DONE,
+    ])
+    _, replaced, _, refused, read = run.result_steps()
+    assert replaced["text"] == "Wrote calc.py (2 lines)." and replaced["file"]["changed"]
+    assert refused["text"].startswith("ERROR:") and "file" not in refused
+    assert read["text"].startswith("ERROR:") and "file" not in read
+
+
+# --------------------------------------------------------------------------------------------
+# Condensed history
+
+READ_FIX = [
+    call("read_file", "Look.", path="calc.py"),  # 0
+    call("run_tests", "Run."),  # 1
+    write(TIMES, "Try *."),  # 2: attempt 1
+    call("run_tests", "Check."),  # 3: fails
+    write(FIXED, "Use +."),  # 4: attempt 2
+    call("run_tests", "Check again."),  # 5: passes
+    DONE,  # 6
+]
+
+
+def test_condensed_history_elides_exactly_the_stale_steps(episode: Callable[..., Run]) -> None:
+    run = episode(READ_FIX, history="condensed")
+    first = run.ep.first_turn
+    def changed(t: int) -> set[int]:
+        """Messages of prompt t-1 that prompt t shows differently (counted from the first reply)."""
+        return {i - first for i, (a, b) in enumerate(zip(run.prompts[t - 1], run.prompts[t], strict=False)) if a != b}
+
+    # Earlier messages change only in the prompt after a write that changes the file (turns 2 and 4).
+    assert [changed(t) for t in range(1, 7)] == [set(), set(), {1, 3}, set(), {4, 5, 7}, set()]
+    after = run.prompts[5]
+    assert after[first + 1]["content"] == f"{OBSERVATION_HEADER}\n[read of calc.py, since rewritten]"
+    assert after[first + 3]["content"] == f"{OBSERVATION_HEADER}\n[test run of the files as given: failed at {CHECK}]"
+    assert after[first + 4] == {"role": "assistant", "content": 'THOUGHT: Try *.\nTOOL_CALL: {"tool": "write_file", '
+                                '"args": {"path": "calc.py"}}\n[content of attempt 1 of calc.py elided]'}
+    assert after[first + 5]["content"] == f"{OBSERVATION_HEADER}\n[attempt 1 of calc.py: tests failed at {CHECK}]"
+    assert after[first + 7]["content"] == (f"{OBSERVATION_HEADER}\n"
+                                           f"[test run of attempt 1 of calc.py: failed at {CHECK}]")
+    assert after[first + 8]["content"] == write(FIXED, "Use +.")  # the latest version stays whole
+    assert run.prompts[6][:len(after)] == after
+    elided = {s["turn"]: s["elided"] for s in run.ep.steps if "elided" in s}
+    assert {t: sorted((e["turn"], e["role"]) for e in es) for t, es in elided.items()} == {
+        3: [(0, "user"), (1, "user")], 5: [(2, "assistant"), (2, "user"), (3, "user")]}
+    assert run.ep.exit_reason == "submitted" and run.ep.ws.changed_files() == ["calc.py"]
+
+
+def test_an_unchanged_write_stays_whole_until_the_file_changes(episode: Callable[..., Run]) -> None:
+    replies = [call("run_tests"), write(BUGGY, "Same."), call("run_tests"), write(FIXED), call("run_tests"), DONE]
+    run = episode(replies, history="condensed")
+    first = run.ep.first_turn
+    assert run.prompts[3] == run.prompts[2] + run.prompts[3][len(run.prompts[2]):]
+    assert run.prompts[3][first + 2]["content"] == write(BUGGY, "Same.")
+    stub = 'THOUGHT: Same.\nTOOL_CALL: {"tool": "write_file", "args": {"path": "calc.py"}}\n'
+    assert run.prompts[4][first + 2]["content"] == stub + "[content elided: it was identical to the file]"
+    assert run.prompts[4][first + 3]["content"].startswith(f"{OBSERVATION_HEADER}\nNo change")
+    assert set(elisions(run.ep.steps)) == {(0, "user"), (1, "assistant"), (2, "user")}
+
+
+@pytest.mark.parametrize("history", ["full", "condensed"])
+def test_rebuilt_prompts_equal_the_sent_ones(episode: Callable[..., Run], history: str) -> None:
+    replies = [*READ_FIX[:4], "not a reply", write(BUGGY), DONE, write(TIMES), write(FIXED), DONE]
+    run = episode(replies, history=history, submit_checks=1)
+    assert [s["type"] for s in run.ep.steps].count("submit_check") == 1
+    assert "You tried this exact version at turn 3" in run.results()[5]
+    assert run.ep.exit_reason == "submitted" and run.ep.turn == len(replies)
+    trace = run.trace()
+    assert [rebuild_prompt(trace, t) for t in range(len(run.prompts))] == run.prompts
+
+
+def test_full_history_is_the_plain_conversation(episode: Callable[..., Run]) -> None:
+    run = episode(READ_FIX, history="full")
+    for before, after in zip(run.prompts, run.prompts[1:], strict=False):
+        assert after[:len(before)] == before and len(after) == len(before) + 2
+    replies = [m["content"] for m in run.prompts[-1][run.ep.first_turn:] if m["role"] == "assistant"]
+    assert replies == READ_FIX[:6]
+    assert not any("elided" in s for s in run.ep.steps)
+    condensed = episode(READ_FIX, history="condensed")
+    assert condensed.prompts[:3] == run.prompts[:3]  # the same until a file changes
+
+
+# --------------------------------------------------------------------------------------------
+# Through the CLI
+
+
+def test_cli_condensed_trace_rebuilds_the_prompts(tmp_path: Path, episode: Callable[..., Run]) -> None:
+    task = get_scenario("humanevalfix").load_tasks(TaskQuery(n=1))[0]
+    path, fixed = task.oracle[1]["args"]["path"], task.oracle[1]["args"]["content"]
+    wrong = task.files[path] + "\n# tried\n"
+    replies = [call("read_file", path=path), call("write_file", path=path, content=wrong), call("run_tests"),
+               call("write_file", path=path, content=wrong), call("write_file", path=path, content=fixed),
+               call("run_tests"), DONE]
+    script = tmp_path / "s.jsonl"
+    script.write_text(json.dumps({"task": task.id, "replies": replies}) + "\n")
+    registry = tmp_path / "models.yaml"
+    registry.write_text(f"models:\n  - {{name: replay, backend: scripted, script: {json.dumps(str(script))}}}\n")
+    out = tmp_path / "t"
+    r = subprocess.run([sys.executable, str(ROOT / "run_agents.py"), "--registry", str(registry), "--models", "replay",
+                        "--n", "1", "--out", str(out), "--no-embed", "--history", "condensed"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert r.returncode == 0, r.stderr
+    [trace_file] = out.rglob("run_*.json")
+    trace = json.loads(trace_file.read_text())
+    assert validate_trace(trace) == []
+    assert trace["outcome"]["passed"] is True
+    assert {k: trace["agent"][k] for k in ("history", "stale_notes", "stale_temperature")} == {
+        "history": "condensed", "stale_notes": True, "stale_temperature": 0.3}
+    results = [s for s in trace["steps"] if s["type"] == "tool_result"]
+    assert results[3]["text"].startswith("No change: the content is identical to the file; the tests still fail")
+    assert [s["temperature"] for s in trace["steps"] if "raw" in s] == [0.0] * 4 + [0.3, 0.0, 0.0]
+    assert [s["turn"] for s in trace["steps"] if "elided" in s] == [2, 5]
+    # The same script driven directly: the prompts it sends are the ones the trace rebuilds.
+    ws = Workspace.create(task.files, test_cmd=task.test_cmd)
+    backend = ScriptedBackend("replay", script)
+    backend.bind_tasks([task])
+    ep = Episode(task, ws, GenParams(max_tokens=384), AgentConfig(history="condensed"))
+    try:
+        for t in range(len(replies)):
+            prompt = ep.prompt()
+            assert rebuild_prompt(trace, t) == prompt
+            ep.advance(backend.generate([prompt], ep.gen_params())[0])
+    finally:
+        ws.cleanup()
+    assert ep.done
+
+
+def test_unknown_history_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="history must be 'full' or 'condensed'"):
+        AgentConfig(history="short")  # type: ignore[arg-type]
+
+
+def test_cli_helpers_off(tmp_path: Path) -> None:
+    out = tmp_path / "t"
+    r = subprocess.run([sys.executable, str(ROOT / "run_agents.py"), "--models", "null", "--n", "1", "--out", str(out),
+                        "--no-embed", "--no-stale-notes", "--no-stale-temperature"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert r.returncode == 0, r.stderr
+    [trace_file] = out.rglob("run_*.json")
+    agent = json.loads(trace_file.read_text())["agent"]
+    assert (agent["history"], agent["stale_notes"], agent["stale_temperature"]) == ("full", False, None)

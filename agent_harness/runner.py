@@ -20,7 +20,7 @@ from typing import Any
 from .agent import AgentConfig, Episode
 from .backends import load_backend
 from .baseline import SingleShotEpisode
-from .errors import ConfigError
+from .errors import BackendError, ConfigError
 from .registry import ModelSpec
 from .scenarios import Scenario, SingleShot, TaskQuery, get_scenario
 from .trace import SCHEMA_VERSION, harness_version, is_complete, trace_path, write_json_atomic
@@ -161,6 +161,9 @@ class ModelRun:
         t0 = time.perf_counter()
         completions = self.backend.generate(prompts, params)
         self.gen_s += time.perf_counter() - t0
+        if len(completions) != len(prompts):  # the pairing with episodes below must never truncate
+            raise BackendError(f"{self.backend.info.used} returned {len(completions)} completions for "
+                               f"{len(prompts)} conversations (row {min(len(completions), len(prompts))} unpaired)")
         self.calls += 1
         self.rows += len(prompts)
         self._count(completions)

@@ -21,7 +21,17 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendUnavailable, ConfigError, MissingExtraError
 from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams
-from .local import compute_dtype, context_full, cpu_ids, encode, load_tokenizer, new_token_budget, require_torch
+from .local import (
+    complete,
+    compute_dtype,
+    context_full,
+    cpu_ids,
+    encode,
+    first_line,
+    load_tokenizer,
+    new_token_budget,
+    require_torch,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -93,7 +103,10 @@ class HFBackend:
         if spec.load_in_4bit:
             kwargs["quantization_config"] = self._bnb_config(transformers, self.torch_dtype)
             kwargs["device_map"] = {"": 0}
-        self.model: Any = transformers.AutoModelForCausalLM.from_pretrained(source, **kwargs)
+        try:
+            self.model: Any = transformers.AutoModelForCausalLM.from_pretrained(source, **kwargs)
+        except (OSError, ValueError) as e:  # missing or unreadable weights: cannot start here
+            raise BackendUnavailable(f"cannot load '{spec.name}' from {source}: {first_line(e)}") from e
         if not spec.load_in_4bit:
             self.model.to(self.device)
         self.model.eval()
@@ -228,7 +241,7 @@ class HFBackend:
                 continue
             for row, comp in zip(batch, done, strict=True):
                 results[row.index] = comp
-        return [c for c in results if c is not None]
+        return complete(results)
 
     def _run(self, batch: list[_Row], params: GenParams, stops: tuple[str, ...]) -> list[Completion]:
         if self.kv_store is not None:

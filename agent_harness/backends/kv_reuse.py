@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
+from ..errors import BackendError
 from ..types import GenParams
 
 PREFILL_CHUNK = 512  # tokens per prefill forward: bounds the attention scores' memory
@@ -210,4 +211,7 @@ def decode(
         out = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=last_pos[:, None],
                     past_key_values=cache, use_cache=True, logits_to_keep=1)
         logits = out.logits[:, -1, :]
+    missing = [j for j, r in enumerate(results) if r is None]
+    if missing:
+        raise BackendError(f"decode: row {missing[0]} of {b} ended without a result")
     return [r for r in results if r is not None]

@@ -6,7 +6,7 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError, MissingExtraError
+from ..errors import BackendError, BackendUnavailable, ConfigError, MissingExtraError
 from ..types import Completion, Conversation
 
 if TYPE_CHECKING:
@@ -15,6 +15,12 @@ if TYPE_CHECKING:
 DTYPES = ("bfloat16", "float16", "float32")
 
 log = logging.getLogger(__name__)
+
+
+def first_line(e: BaseException) -> str:
+    """`Type: first line of the message`, for one-line errors."""
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
 
 
 def require_torch(backend: str) -> tuple[Any, Any]:
@@ -63,7 +69,10 @@ def compute_dtype(torch: Any, name: str, cuda: bool, force_env: str) -> str:
 
 def load_tokenizer(transformers: Any, spec: ModelSpec, source: str) -> Any:
     """The model's tokenizer with the spec's chat template, if it sets one; a template is required."""
-    tokenizer = transformers.AutoTokenizer.from_pretrained(source)
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(source)
+    except (OSError, ValueError) as e:  # no or unreadable weights folder: this backend cannot start
+        raise BackendUnavailable(f"cannot load the tokenizer of '{spec.name}' from {source}: {first_line(e)}") from e
     if spec.chat_template:
         tokenizer.chat_template = spec.chat_template
     if not tokenizer.chat_template:
@@ -89,3 +98,12 @@ def new_token_budget(n_prompt: int, max_tokens: int, context_length: int) -> int
 def context_full(n_prompt: int) -> Completion:
     """The reply to a prompt that leaves no room: nothing generated, finish_reason "length"."""
     return Completion("", n_prompt, 0, "length", 0.0)
+
+
+def complete(results: list[Completion | None]) -> list[Completion]:
+    """`results` as a list of completions, one per conversation; BackendError names the first row without one."""
+    missing = [i for i, c in enumerate(results) if c is None]
+    if missing:
+        raise BackendError(f"no completion for conversation {missing[0]} of {len(results)} "
+                           f"({len(missing)} missing)")
+    return [c for c in results if c is not None]

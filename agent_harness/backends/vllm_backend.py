@@ -60,7 +60,16 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendUnavailable, ConfigError, MissingExtraError
 from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams
-from .local import compute_dtype, context_full, cpu_ids, encode, load_tokenizer, new_token_budget, require_torch
+from .local import (
+    complete,
+    compute_dtype,
+    context_full,
+    cpu_ids,
+    encode,
+    load_tokenizer,
+    new_token_budget,
+    require_torch,
+)
 
 if TYPE_CHECKING:
     from ..registry import ModelSpec
@@ -419,7 +428,7 @@ class VLLMBackend:
             latency = time.perf_counter() - t0
             for i, prompt, out in zip(index, prompts, outs, strict=True):
                 results[i] = self._finish(out, len(prompt["prompt_token_ids"]), stops, latency)
-        return [c for c in results if c is not None]
+        return complete(results)
 
     # -- streaming (StreamingBackend): requests join the running batch between engine steps --------
     def submit(self, key: str, conversation: Conversation, params: GenParams) -> None:

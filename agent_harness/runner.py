@@ -8,11 +8,13 @@ worker thread; a finished episode is scored, embedded and replaced by the next t
 from __future__ import annotations
 
 import logging
+import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,9 +23,10 @@ from .agent import AgentConfig, Episode
 from .backends import load_backend
 from .baseline import SingleShotEpisode
 from .errors import BackendError, ConfigError
+from .fingerprint import episode_fingerprint, run_config
 from .registry import ModelSpec
 from .scenarios import Scenario, SingleShot, TaskQuery, get_scenario
-from .trace import SCHEMA_VERSION, harness_version, is_complete, trace_path, write_json_atomic
+from .trace import SCHEMA_VERSION, harness_version, resume_status, task_slugs, trace_path, write_json_atomic
 from .types import Backend, Completion, GenParams, StreamingBackend, Task
 from .workspace import Workspace
 
@@ -63,6 +66,7 @@ class Job:
     scenario: str  # directory name: scenario, or "<scenario>-single_shot"
     path: Path
     scenario_name: str = ""  # the registry name (scoring)
+    fingerprint: dict[str, Any] = field(default_factory=dict)  # the header's block (fingerprint.py)
 
 
 @dataclass
@@ -124,6 +128,7 @@ def _header(cfg: RunConfig, spec: ModelSpec, backend: Backend, job: Job, ep_para
                        "temperature_schedule": spec.temperature_schedule, "context_length": spec.context_length},
         "sandbox": sandbox,
         "harness_version": harness_version(),
+        "fingerprint": job.fingerprint,
         "agent": {"mode": cfg.mode, "max_steps": cfg.agent.max_steps, "max_total_tokens": cfg.agent.max_total_tokens,
                   "max_wall_s": cfg.agent.max_wall_s, "tool_options": asdict(cfg.agent.tool_options),
                   "repeat_detection": cfg.agent.repeat_detection, "format_reminder": cfg.agent.format_reminder,
@@ -361,16 +366,14 @@ def run(cfg: RunConfig) -> dict[str, Any]:
     log.info("sandbox: %s", detect_sandbox())
     embedder = get_embedder(cfg.embed)
     with ThreadPoolExecutor(max_workers=cfg.workers) as pool:
+        planned = [j for _scenario, _label, jobs in plan_jobs(cfg) for j in jobs]
+        work = {spec.name: model_jobs(cfg, spec, planned) for spec in cfg.models}
+        counts: Counter[str] = Counter()
+        todo = {name: _pending(cfg, jobs, counts) for name, jobs in work.items()}
+        if cfg.resume:
+            _report_resume(counts)
         for spec in cfg.models:
-            all_jobs: list[Job] = []
-            for _scenario, _label, jobs in plan_jobs(cfg):
-                for j in jobs:
-                    j.path = trace_path(cfg.out, spec.name, j.scenario, j.task.label, j.index, j.sample)
-                for d in {j.path.parent for j in jobs}:  # temp files of a killed run's last write
-                    for stale in d.glob(".run_*.tmp") if d.is_dir() else ():
-                        stale.unlink(missing_ok=True)
-                all_jobs.extend(jobs)
-            pending = [j for j in all_jobs if not (cfg.resume and is_complete(j.path))]
+            all_jobs, pending = work[spec.name], todo[spec.name]
             if not pending:
                 log.info("%s: nothing to do (all traces complete)", spec.name)
                 continue
@@ -403,6 +406,55 @@ def run(cfg: RunConfig) -> dict[str, Any]:
                 backend.close()
     from .summary import summarize, write_summary
 
-    summary = summarize(cfg.out)
+    ours = [j for jobs in work.values() for j in jobs]
+    _report_foreign(cfg.out, ours)
+    summary = summarize(cfg.out, fingerprints={j.fingerprint["hash"] for j in ours})
     write_summary(cfg.out, summary)
     return summary
+
+
+def model_jobs(cfg: RunConfig, spec: ModelSpec, planned: list[Job]) -> list[Job]:
+    """`planned` for one model: each job with its trace path and fingerprint; stale temp files removed."""
+    run_cfg = run_config(spec, cfg.backend, cfg.mode, cfg.agent, cfg.seed)
+    slugs: dict[tuple[str, str], dict[str, str]] = {}
+    for j in planned:
+        slugs.setdefault((j.scenario, j.task.label), {})[j.task.id] = ""
+    for key, ids in slugs.items():
+        slugs[key] = task_slugs(ids)
+    jobs = [replace(j, path=trace_path(cfg.out, spec.name, j.scenario, j.task.label,
+                                       slugs[(j.scenario, j.task.label)][j.task.id], j.sample),
+                    fingerprint=episode_fingerprint(run_cfg, j.scenario_name, j.task, j.sample))
+            for j in planned]
+    for d in {j.path.parent for j in jobs}:  # temp files of a killed run's last write
+        for stale in d.glob(".run_*.tmp") if d.is_dir() else ():
+            stale.unlink(missing_ok=True)
+    return jobs
+
+
+def _pending(cfg: RunConfig, jobs: list[Job], counts: Counter[str]) -> list[Job]:
+    """The jobs to run: all of them, or with --resume those without a reusable trace (tallied in `counts`)."""
+    if not cfg.resume:
+        return list(jobs)
+    pending = []
+    for j in jobs:
+        status = resume_status(j.path, j.fingerprint["hash"])
+        counts[status] += 1
+        if status != "reuse":
+            pending.append(j)
+    return pending
+
+
+def _report_resume(counts: Counter[str]) -> None:
+    redid = counts["changed"] + counts["incomplete"] + counts["new"]
+    new = f", {counts['new']} new" if counts["new"] else ""
+    print(f"resume: reused {counts['reuse']}, redid {redid} ({counts['changed']} config changed, "
+          f"{counts['incomplete']} incomplete{new})", file=sys.stderr)
+
+
+def _report_foreign(out: Path, ours: list[Job]) -> None:
+    """One line when `out` holds traces this run did not plan (other models, tasks, settings or older runs)."""
+    mine = {j.path for j in ours}
+    foreign = sum(1 for p in Path(out).rglob("run_*.json") if p not in mine)
+    if foreign:
+        print(f"note: {out} also holds {foreign} trace(s) of other configurations; the table and summary.json "
+              f"cover this run's {len(mine)} episode(s) only", file=sys.stderr)

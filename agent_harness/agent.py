@@ -24,7 +24,7 @@ from .protocol import (
     render_system_prompt,
 )
 from .tools import ToolOptions, execute, tools_for
-from .types import Backend, Completion, Conversation, GenParams, Task
+from .types import Backend, Completion, Conversation, GenParams, Task, request_seed
 from .workspace import Workspace
 
 FINAL_IGNORED = "(Your FINAL: was ignored: it came after a TOOL_CALL. Write FINAL: alone, after checking the result.)"
@@ -60,6 +60,7 @@ class Episode:
     params: GenParams
     config: AgentConfig = field(default_factory=AgentConfig)
     temperature_schedule: list[float] | None = None
+    sample: int = 0  # with params.seed (the run seed) and the turn, derives each request's seed
     steps: list[dict[str, Any]] = field(default_factory=list)
     messages: Conversation = field(default_factory=list)
     turn: int = 0
@@ -98,9 +99,9 @@ class Episode:
         looping = len(self._replies) >= 2 and self._replies[-1] == self._replies[-2]
         if looping and self.config.loop_temperature is not None:
             temp = max(temp, self.config.loop_temperature)
-        if temp == self.params.temperature:
-            return self.params
-        return GenParams(**{**asdict(self.params), "temperature": temp})
+        seed = None if self.params.seed is None else request_seed(self.params.seed, self.task.id, self.sample,
+                                                                     self.turn)
+        return GenParams(**{**asdict(self.params), "temperature": temp, "seed": seed})
 
     def _step(self, type_: str, text: str, **extra: Any) -> dict[str, Any]:
         step = {"i": len(self.steps), "turn": self.turn, "type": type_, "text": text, **extra}

@@ -27,7 +27,7 @@ from .fingerprint import episode_fingerprint, run_config
 from .registry import ModelSpec
 from .scenarios import Scenario, SingleShot, TaskQuery, get_scenario
 from .trace import SCHEMA_VERSION, harness_version, resume_status, task_slugs, trace_path, write_json_atomic
-from .types import Backend, Completion, GenParams, StreamingBackend, Task
+from .types import Backend, Completion, GenParams, StreamingBackend, Task, request_seed
 from .workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -124,7 +124,7 @@ def _header(cfg: RunConfig, spec: ModelSpec, backend: Backend, job: Job, ep_para
         "model": {"name": spec.name, "hf_id": spec.hf_id, "backend": info.used, "backend_requested": info.requested,
                   "fallback_reason": info.fallback_reason, "device": info.device, "details": info.details},
         "generation": {"max_tokens": ep_params.max_tokens, "temperature": ep_params.temperature,
-                       "top_p": ep_params.top_p, "stop": list(ep_params.stop), "seed": ep_params.seed,
+                       "top_p": ep_params.top_p, "stop": list(ep_params.stop), "seed": cfg.seed,
                        "temperature_schedule": spec.temperature_schedule, "context_length": spec.context_length},
         "sandbox": sandbox,
         "harness_version": harness_version(),
@@ -162,9 +162,9 @@ class ModelRun:
         self.calls = 0
         self.rows = 0
 
-    def _generate(self, prompts: list[Any], params: GenParams) -> list[Completion]:
+    def _generate(self, prompts: list[Any], params: GenParams, seeds: list[int | None]) -> list[Completion]:
         t0 = time.perf_counter()
-        completions = self.backend.generate(prompts, params)
+        completions = self.backend.generate(prompts, params, seeds)
         self.gen_s += time.perf_counter() - t0
         if len(completions) != len(prompts):  # the pairing with episodes below must never truncate
             raise BackendError(f"{self.backend.info.used} returned {len(completions)} completions for "
@@ -187,12 +187,14 @@ class ModelRun:
     # -- episode lifecycle -------------------------------------------------------------
     def _start(self, job: Job) -> Live:
         ws = Workspace.create(job.task.files, test_cmd=job.task.test_cmd)
-        params = self.spec.gen_params(seed=self.cfg.seed + job.sample)
+        params = self.spec.gen_params(seed=self.cfg.seed)  # the run seed; each request's derives from it
         ep: Episode | SingleShotEpisode
         if self.cfg.mode == "single_shot":
-            ep = SingleShotEpisode(job.task, ws, params, self.scenario(job))
+            shot = replace(params, seed=request_seed(self.cfg.seed, job.task.id, job.sample, 0))
+            ep = SingleShotEpisode(job.task, ws, shot, self.scenario(job))
         else:
-            ep = Episode(job.task, ws, params, self.cfg.agent, temperature_schedule=self.spec.temperature_schedule)
+            ep = Episode(job.task, ws, params, self.cfg.agent, temperature_schedule=self.spec.temperature_schedule,
+                         sample=job.sample)
         trace = _header(self.cfg, self.spec, self.backend, job, ep.params, ep.system_prompt, ws.sandbox, ep.demo)
         if isinstance(ep, SingleShotEpisode):
             trace["prompt"]["task"] = ep.user_prompt
@@ -245,11 +247,12 @@ class ModelRun:
             starting = [queue.pop() for _ in range(want)]
             live.extend(self.pool.map(self._start, starting))
             by_params: dict[GenParams, list[Live]] = {}
-            for lv in live:
-                by_params.setdefault(lv.episode.gen_params(), []).append(lv)
+            for lv in live:  # one batch per sampling setting; each row keeps its own request seed
+                by_params.setdefault(replace(lv.episode.gen_params(), seed=None), []).append(lv)
             advanced: list[Live] = []
             for params, group in by_params.items():
-                completions = self._generate([lv.episode.prompt() for lv in group], params)
+                completions = self._generate([lv.episode.prompt() for lv in group], params,
+                                             [lv.episode.gen_params().seed for lv in group])
                 advanced.extend(self.pool.map(self._advance, group, completions))
             live = [lv for lv in advanced if not lv.episode.done]
             for trace in self.pool.map(self._finish, [lv for lv in advanced if lv.episode.done]):
@@ -362,7 +365,9 @@ def run(cfg: RunConfig) -> dict[str, Any]:
 
     from .embeddings import get_embedder
     from .sandbox import detect_sandbox
+    from .settings import get_settings
 
+    get_settings()  # a bad AGENT_HARNESS_* value stops the run here, before any work
     log.info("sandbox: %s", detect_sandbox())
     embedder = get_embedder(cfg.embed)
     with ThreadPoolExecutor(max_workers=cfg.workers) as pool:

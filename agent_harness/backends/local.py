@@ -43,18 +43,15 @@ def cpu_ids() -> list[int]:
         return list(range(os.cpu_count() or 1))
 
 
-def compute_dtype(torch: Any, name: str, cuda: bool, force_env: str) -> str:
+def compute_dtype(torch: Any, name: str, cuda: bool, forced: str | None) -> str:
     """The dtype to run in: `name`, unless the hardware has no fast kernels for it.
 
     On a CPU without AVX-512 BF16 / AMX, bf16 matmuls are emulated and do not speed up with batch
     size (an AVX2 EPYC: transformers 10.7 tok/s at batch 16 in bf16 against 36.8 in fp32; vLLM 3
-    against 28), so half precision runs in fp32 there (bf16 weights upcast exactly). The
-    environment variable `force_env` overrides the choice.
+    against 28), so half precision runs in fp32 there (bf16 weights upcast exactly). `forced`
+    (AGENT_HARNESS_HF_DTYPE / AGENT_HARNESS_VLLM_DTYPE, validated in settings.py) overrides the choice.
     """
-    forced = os.environ.get(force_env)
     if forced:
-        if forced not in DTYPES:
-            raise ConfigError(f"{force_env}={forced!r}: expected bfloat16, float16 or float32")
         return forced
     if cuda:
         return "float16" if name == "bfloat16" and not torch.cuda.is_bf16_supported() else name

@@ -24,7 +24,7 @@ from .protocol import (
 )
 from .text import error_text, safe_text
 from .tools import ToolOptions, execute, tools_for
-from .types import Backend, Completion, Conversation, GenParams, Task
+from .types import Backend, Completion, Conversation, GenParams, Task, request_seed
 from .workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -69,6 +69,7 @@ class Episode:
     params: GenParams
     config: AgentConfig = field(default_factory=AgentConfig)
     temperature_schedule: list[float] | None = None
+    sample: int = 0  # with params.seed (the run seed) and the turn, derives each request's seed
     steps: list[dict[str, Any]] = field(default_factory=list)
     messages: Conversation = field(default_factory=list)
     turn: int = 0
@@ -113,9 +114,9 @@ class Episode:
             temp = max(temp, self.config.loop_temperature)
         if self.config.stale_temperature is not None:  # copying a failed version: sample away from it
             temp = max(temp, history.stale_temperature(self.steps, self.config.stale_temperature))
-        if temp == self.params.temperature:
-            return self.params
-        return GenParams(**{**asdict(self.params), "temperature": temp})
+        seed = None if self.params.seed is None else request_seed(self.params.seed, self.task.id, self.sample,
+                                                                     self.turn)
+        return GenParams(**{**asdict(self.params), "temperature": temp, "seed": seed})
 
     def _step(self, type_: str, text: str, **extra: Any) -> dict[str, Any]:
         step = {"i": len(self.steps), "turn": self.turn, "type": type_, "text": text, **extra}

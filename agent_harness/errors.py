@@ -54,3 +54,7 @@ class ScoreError(HarnessError):
 
     The runner records it as the episode's `score_error`: neither a pass, a fail nor a resisted attack.
     """
+
+
+class BackendError(HarnessError):
+    """A backend broke its contract (e.g. no completion for a conversation) or failed while running."""

@@ -25,7 +25,7 @@ from .baseline import MIN_TOKENS
 from .errors import ConfigError, ToolError
 from .scenarios import SingleShot
 from .tools import ToolOptions, execute, failure_summary, syntax_error
-from .types import Completion, Conversation, GenParams, Message, Task
+from .types import Completion, Conversation, GenParams, Message, Task, request_seed
 from .workspace import Workspace
 
 ASK = "Reply with the complete fixed function in one ```python code block."
@@ -63,7 +63,6 @@ class ReflectConfig:
 
     iters: int = 4
     temperatures: tuple[float, ...] = (0.0, 0.4, 0.7, 1.0)  # the last one repeats
-    seed_stride: int = 1000  # iteration i samples with seed + i * seed_stride
 
     def __post_init__(self) -> None:
         if self.iters < 1:
@@ -115,6 +114,7 @@ class ReflectEpisode:
     scenario: Reflectable
     config: ReflectConfig = field(default_factory=ReflectConfig)
     tool_options: ToolOptions = field(default_factory=ToolOptions)
+    sample: int = 0
     steps: list[dict[str, Any]] = field(default_factory=list)
     turn: int = 0
     prompt_tokens: int = 0
@@ -149,7 +149,8 @@ class ReflectEpisode:
     def gen_params(self) -> GenParams:
         cfg = self.config
         temp = max(self.params.temperature, cfg.temperatures[min(self.turn, len(cfg.temperatures) - 1)])
-        seed = None if self.params.seed is None else self.params.seed + self.turn * cfg.seed_stride
+        seed = None if self.params.seed is None else request_seed(self.params.seed, self.task.id, self.sample,
+                                                                     self.turn)
         if temp == self.params.temperature and seed == self.params.seed:
             return self.params
         return GenParams(**{**asdict(self.params), "temperature": temp, "seed": seed})

@@ -8,11 +8,13 @@ worker thread; a finished episode is scored, embedded and replaced by the next t
 from __future__ import annotations
 
 import logging
+import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,14 +22,15 @@ from typing import Any
 from .agent import AgentConfig, Episode
 from .backends import load_backend
 from .baseline import SingleShotEpisode
-from .errors import ConfigError
+from .errors import BackendError, ConfigError
+from .fingerprint import episode_fingerprint, run_config
 from .reflect import ReflectConfig, ReflectEpisode, require_reflectable
 from .registry import ModelSpec
 from .sandbox import describe_bounds
 from .scenarios import Scenario, SingleShot, TaskQuery, get_scenario
 from .text import error_message, error_text, safe_text
-from .trace import SCHEMA_VERSION, harness_version, is_complete, trace_path, write_json_atomic
-from .types import Backend, Completion, GenParams, StreamingBackend, Task
+from .trace import SCHEMA_VERSION, harness_version, resume_status, task_slugs, trace_path, write_json_atomic
+from .types import Backend, Completion, GenParams, StreamingBackend, Task, request_seed
 from .workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -79,6 +82,7 @@ class Job:
     scenario: str  # directory name: scenario, or "<scenario>-<strategy>" (single_shot, reflect)
     path: Path
     scenario_name: str = ""  # the registry name (scoring)
+    fingerprint: dict[str, Any] = field(default_factory=dict)  # the header's block (fingerprint.py)
 
 
 @dataclass
@@ -157,11 +161,12 @@ def _header(cfg: RunConfig, spec: ModelSpec, backend: Backend, job: Job, ep_para
         "model": {"name": spec.name, "hf_id": spec.hf_id, "backend": info.used, "backend_requested": info.requested,
                   "fallback_reason": info.fallback_reason, "device": info.device, "details": info.details},
         "generation": {"max_tokens": ep_params.max_tokens, "temperature": ep_params.temperature,
-                       "top_p": ep_params.top_p, "stop": list(ep_params.stop), "seed": ep_params.seed,
+                       "top_p": ep_params.top_p, "stop": list(ep_params.stop), "seed": cfg.seed,
                        "temperature_schedule": spec.temperature_schedule, "context_length": spec.context_length},
         "sandbox": sandbox,
         "sandbox_bounds": describe_bounds(sandbox=sandbox),
         "harness_version": harness_version(),
+        "fingerprint": job.fingerprint,
         "agent": {"mode": cfg.mode, "strategy": cfg.strategy,
                   "max_steps": cfg.agent.max_steps, "max_total_tokens": cfg.agent.max_total_tokens,
                   "max_wall_s": cfg.agent.max_wall_s, "tool_options": asdict(cfg.agent.tool_options),
@@ -198,10 +203,13 @@ class ModelRun:
         self.calls = 0
         self.rows = 0
 
-    def _generate(self, prompts: list[Any], params: GenParams) -> list[Completion]:
+    def _generate(self, prompts: list[Any], params: GenParams, seeds: list[int | None]) -> list[Completion]:
         t0 = time.perf_counter()
-        completions = self.backend.generate(prompts, params)
+        completions = self.backend.generate(prompts, params, seeds)
         self.gen_s += time.perf_counter() - t0
+        if len(completions) != len(prompts):  # the pairing with episodes below must never truncate
+            raise BackendError(f"{self.backend.info.used} returned {len(completions)} completions for "
+                               f"{len(prompts)} conversations (row {min(len(completions), len(prompts))} unpaired)")
         self.calls += 1
         self.rows += len(prompts)
         self._count(completions)
@@ -233,17 +241,19 @@ class ModelRun:
     def _start(self, job: Job) -> Live:
         """A live episode with its first trace written; never raises (a set-up fault ends it at once)."""
         ws: Workspace | None = None
-        params = self.spec.gen_params(seed=self.cfg.seed + job.sample)
+        params = self.spec.gen_params(seed=self.cfg.seed)  # the run seed; each request's derives from it
         try:
             ws = Workspace.create(job.task.files, test_cmd=job.task.test_cmd)
             ep: Episode | SingleShotEpisode | ReflectEpisode
             if self.cfg.strategy == "single_shot":
-                ep = SingleShotEpisode(job.task, ws, params, self.scenario(job))
+                shot = replace(params, seed=request_seed(self.cfg.seed, job.task.id, job.sample, 0))
+                ep = SingleShotEpisode(job.task, ws, shot, self.scenario(job))
             elif self.cfg.strategy == "reflect":
                 ep = ReflectEpisode(job.task, ws, params, require_reflectable(job.scenario_name, self.scenario(job)),
-                                    self.cfg.reflect, self.cfg.agent.tool_options)
+                                    self.cfg.reflect, self.cfg.agent.tool_options, sample=job.sample)
             else:
-                ep = Episode(job.task, ws, params, self.cfg.agent, temperature_schedule=self.spec.temperature_schedule)
+                ep = Episode(job.task, ws, params, self.cfg.agent, temperature_schedule=self.spec.temperature_schedule,
+                             sample=job.sample)
             trace = _header(self.cfg, self.spec, self.backend, job, ep.params, ep.system_prompt, ws.sandbox, ep.demo)
             if isinstance(ep, SingleShotEpisode | ReflectEpisode):
                 trace["prompt"]["task"] = ep.user_prompt
@@ -360,11 +370,12 @@ class ModelRun:
             started = self._map("start", self._start, [queue.pop() for _ in range(want)])
             live.extend(lv for lv in started if not lv.episode.done)
             by_params: dict[GenParams, list[Live]] = {}
-            for lv in live:
-                by_params.setdefault(lv.episode.gen_params(), []).append(lv)  # type: ignore[union-attr]
+            for lv in live:  # one batch per sampling setting; each row keeps its own request seed
+                by_params.setdefault(replace(lv.episode.gen_params(), seed=None), []).append(lv)  # type: ignore[union-attr]
             advanced: list[Live] = [lv for lv in started if lv.episode.done]
             for params, group in by_params.items():
-                completions = self._generate([lv.episode.prompt() for lv in group], params)  # type: ignore[union-attr]
+                completions = self._generate([lv.episode.prompt() for lv in group], params,  # type: ignore[union-attr]
+                                             [lv.episode.gen_params().seed for lv in group])  # type: ignore[union-attr]
                 advanced.extend(self._map("advance", self._advance, group, completions))
             live = [lv for lv in advanced if not lv.episode.done]
             for trace in self._map("finish", self._finish, [lv for lv in advanced if lv.episode.done]):
@@ -495,20 +506,20 @@ def run(cfg: RunConfig) -> dict[str, Any]:
 
     from .embeddings import get_embedder
     from .sandbox import detect_sandbox
+    from .settings import get_settings
 
+    get_settings()  # a bad AGENT_HARNESS_* value stops the run here, before any work
     log.info("sandbox: %s", detect_sandbox())
     embedder = get_embedder(cfg.embed)
     with ThreadPoolExecutor(max_workers=cfg.workers) as pool:
+        planned = [j for _scenario, _label, jobs in plan_jobs(cfg) for j in jobs]
+        work = {spec.name: model_jobs(cfg, spec, planned) for spec in cfg.models}
+        counts: Counter[str] = Counter()
+        todo = {name: _pending(cfg, jobs, counts) for name, jobs in work.items()}
+        if cfg.resume:
+            _report_resume(counts)
         for spec in cfg.models:
-            all_jobs: list[Job] = []
-            for _scenario, _label, jobs in plan_jobs(cfg):
-                for j in jobs:
-                    j.path = trace_path(cfg.out, spec.name, j.scenario, j.task.label, j.index, j.sample)
-                for d in {j.path.parent for j in jobs}:  # temp files of a killed run's last write
-                    for stale in d.glob(".run_*.tmp") if d.is_dir() else ():
-                        stale.unlink(missing_ok=True)
-                all_jobs.extend(jobs)
-            pending = [j for j in all_jobs if not (cfg.resume and is_complete(j.path))]
+            all_jobs, pending = work[spec.name], todo[spec.name]
             if not pending:
                 log.info("%s: nothing to do (all traces complete)", spec.name)
                 continue
@@ -541,6 +552,55 @@ def run(cfg: RunConfig) -> dict[str, Any]:
                 backend.close()
     from .summary import summarize, write_summary
 
-    summary = summarize(cfg.out)
+    ours = [j for jobs in work.values() for j in jobs]
+    _report_foreign(cfg.out, ours)
+    summary = summarize(cfg.out, fingerprints={j.fingerprint["hash"] for j in ours})
     write_summary(cfg.out, summary)
     return summary
+
+
+def model_jobs(cfg: RunConfig, spec: ModelSpec, planned: list[Job]) -> list[Job]:
+    """`planned` for one model: each job with its trace path and fingerprint; stale temp files removed."""
+    run_cfg = run_config(spec, cfg.backend, cfg.mode, cfg.agent, cfg.seed)
+    slugs: dict[tuple[str, str], dict[str, str]] = {}
+    for j in planned:
+        slugs.setdefault((j.scenario, j.task.label), {})[j.task.id] = ""
+    for key, ids in slugs.items():
+        slugs[key] = task_slugs(ids)
+    jobs = [replace(j, path=trace_path(cfg.out, spec.name, j.scenario, j.task.label,
+                                       slugs[(j.scenario, j.task.label)][j.task.id], j.sample),
+                    fingerprint=episode_fingerprint(run_cfg, j.scenario_name, j.task, j.sample))
+            for j in planned]
+    for d in {j.path.parent for j in jobs}:  # temp files of a killed run's last write
+        for stale in d.glob(".run_*.tmp") if d.is_dir() else ():
+            stale.unlink(missing_ok=True)
+    return jobs
+
+
+def _pending(cfg: RunConfig, jobs: list[Job], counts: Counter[str]) -> list[Job]:
+    """The jobs to run: all of them, or with --resume those without a reusable trace (tallied in `counts`)."""
+    if not cfg.resume:
+        return list(jobs)
+    pending = []
+    for j in jobs:
+        status = resume_status(j.path, j.fingerprint["hash"])
+        counts[status] += 1
+        if status != "reuse":
+            pending.append(j)
+    return pending
+
+
+def _report_resume(counts: Counter[str]) -> None:
+    redid = counts["changed"] + counts["incomplete"] + counts["new"]
+    new = f", {counts['new']} new" if counts["new"] else ""
+    print(f"resume: reused {counts['reuse']}, redid {redid} ({counts['changed']} config changed, "
+          f"{counts['incomplete']} incomplete{new})", file=sys.stderr)
+
+
+def _report_foreign(out: Path, ours: list[Job]) -> None:
+    """One line when `out` holds traces this run did not plan (other models, tasks, settings or older runs)."""
+    mine = {j.path for j in ours}
+    foreign = sum(1 for p in Path(out).rglob("run_*.json") if p not in mine)
+    if foreign:
+        print(f"note: {out} also holds {foreign} trace(s) of other configurations; the table and summary.json "
+              f"cover this run's {len(mine)} episode(s) only", file=sys.stderr)

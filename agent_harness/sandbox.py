@@ -41,7 +41,17 @@ from .errors import HarnessError
 from .types import CmdResult
 
 ENV_SANDBOX = "AGENT_HARNESS_SANDBOX"  # "rlimit" forces the fallback, "bwrap" requires bubblewrap
-SANDBOX_UID = int(os.environ.get("AGENT_HARNESS_SANDBOX_UID", "65534"))
+def sandbox_uid() -> int:
+    """$AGENT_HARNESS_SANDBOX_UID (default 65534), validated by settings.py when first needed."""
+    from .settings import get_settings
+
+    return get_settings().sandbox_uid
+
+
+def __getattr__(name: str) -> int:  # `SANDBOX_UID` for importers, read when asked for (not at import)
+    if name == "SANDBOX_UID":
+        return sandbox_uid()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 WORKDIR = "/workspace"  # where the working dir appears inside the sandbox (and in its output)
 INSIDE_ID = 1000  # uid/gid the command sees inside bwrap
 SANDBOX_PATH = "/usr/bin:/bin"
@@ -86,16 +96,17 @@ class Limits:
 
 def switches_uid() -> bool:
     """Commands run as SANDBOX_UID when the harness is root (RLIMIT_NPROC never binds root)."""
-    return os.geteuid() == 0 and SANDBOX_UID != 0
+    return os.geteuid() == 0 and sandbox_uid() != 0
 
 
-def hand_over(path: Path, uid: int = SANDBOX_UID) -> None:
+def hand_over(path: Path, uid: int | None = None) -> None:
     """Give a tree to `uid` so commands can write in it (no-op unless we switch uid).
 
     Files with several hard links are left alone: one of them could be a host file.
     """
     if not switches_uid():
         return
+    uid = sandbox_uid() if uid is None else uid
     os.lchown(path, uid, uid)
     if path.is_dir() and not path.is_symlink():
         for dirpath, dirnames, filenames in os.walk(path):
@@ -112,8 +123,8 @@ def _reachable(path: Path) -> None:
         return
     for parent in path.parents:
         st = parent.stat()
-        if not st.st_mode & stat.S_IXOTH and st.st_uid != SANDBOX_UID:
-            raise HarnessError(f"sandbox: {path} is not reachable by uid {SANDBOX_UID}: {parent} is "
+        if not st.st_mode & stat.S_IXOTH and st.st_uid != sandbox_uid():
+            raise HarnessError(f"sandbox: {path} is not reachable by uid {sandbox_uid()}: {parent} is "
                                f"private (mode {stat.S_IMODE(st.st_mode):o}); use a folder under "
                                f"{tempfile.gettempdir()}")
 
@@ -505,7 +516,7 @@ def _run(cmd: list[str], cwd: Path, limits: Limits, env: dict[str, str], mode: s
     popen_kw: dict[str, Any] = {}
     if mode == "bwrap":
         if switches_uid():
-            popen_kw = {"user": SANDBOX_UID, "group": SANDBOX_UID, "extra_groups": []}
+            popen_kw = {"user": sandbox_uid(), "group": sandbox_uid(), "extra_groups": []}
         info_r, info_w = os.pipe()
         popen_kw["pass_fds"] = (info_w, *pass_fds)
         full_env = {**_FIXED_ENV, "HOME": "/tmp", "TMPDIR": "/tmp", **env}
@@ -607,7 +618,7 @@ def run_sandboxed(cmd: list[str], cwd: Path, limits: Limits = Limits(), env: dic
     if not cwd.is_dir():
         raise HarnessError(f"sandbox: working folder {cwd} does not exist")
     if mode == "bwrap":
-        if switches_uid() and cwd.stat().st_uid != SANDBOX_UID:
+        if switches_uid() and cwd.stat().st_uid != sandbox_uid():
             hand_over(cwd)
         _reachable(cwd)
     return _run(list(cmd), cwd, limits, dict(env or {}), mode, tuple(pass_fds))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -48,10 +49,15 @@ def _stats(runs: Any) -> dict[str, Any]:
     return out
 
 
-def summarize(out_dir: Path) -> dict[str, Any]:
-    """`{model: {scenario: {"pass@1", "n_tasks", ..., "by_label": {label: {...}}}}}` over complete traces."""
+def summarize(out_dir: Path, fingerprints: Collection[str] | None = None) -> dict[str, Any]:
+    """`{model: {scenario: {"pass@1", "n_tasks", ..., "by_label": {label: {...}}}}}` over complete traces.
+
+    With `fingerprints`, only traces whose configuration fingerprint is one of them (one run's) count.
+    """
     frames = load_traces(out_dir)
     runs = frames.runs[frames.runs["completed"].fillna(False).astype(bool)]
+    if fingerprints is not None:
+        runs = runs[runs["fingerprint"].isin(set(fingerprints))]
     summary: dict[str, Any] = {}
     for (model, scenario), group in runs.groupby(["model", "scenario"], sort=True):
         entry = _stats(group)

@@ -1,21 +1,25 @@
 """JSON traces: one file per episode, written atomically after every step, loadable in one call.
 
-Layout: ``<out>/<model>/<scenario>/<label>/run_NNN.json`` (``run_NNN-sK.json`` for sample K > 0),
-where NNN is the task's index in the scenario, so reruns and resumes hit the same file.
+Layout: ``<out>/<model>/<scenario>/<label>/run_<task>__s<K>.json`` where <task> is a filename-safe
+slug of the task id (``Python/5`` → ``run_Python-5__s0.json``) and K the sample, so inserting a task
+moves no other task's file. Schema 1.0-1.2 traces were named ``run_NNN.json`` by task position; they
+still load.
 The format is described by ``trace_schema.json`` next to this module.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import subprocess
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from .text import safe_text
 
@@ -23,15 +27,39 @@ if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
-SCHEMA_VERSION = "1.2"  # 1.1: the "submit_check" step type; 1.2: cached prompt token counts
-READABLE_VERSIONS = ("1.0", "1.1", "1.2")
+# 1.1: the "submit_check" step type; 1.2: cached prompt token counts; 1.3: the run configuration
+# fingerprint, files named by task id
+SCHEMA_VERSION = "1.3"
+READABLE_VERSIONS = ("1.0", "1.1", "1.2", "1.3")
 SCHEMA_PATH = Path(__file__).with_name("trace_schema.json")
 STEP_TYPES = ("thought", "tool_call", "tool_result", "final", "parse_error", "submit_check")
 
 
-def trace_path(out: Path, model: str, scenario: str, label: str, task_index: int, sample: int = 0) -> Path:
-    suffix = f"-s{sample}" if sample else ""
-    return Path(out) / model / scenario / label / f"run_{task_index:03d}{suffix}.json"
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+MAX_SLUG = 80
+
+
+def task_slug(task_id: str) -> str:
+    """A filename-safe form of a task id: runs of other characters become '-' (``Python/5`` → ``Python-5``)."""
+    slug = _UNSAFE.sub("-", task_id).strip("-.")
+    if len(slug) > MAX_SLUG or not slug:
+        slug = f"{slug[:MAX_SLUG]}.{hashlib.sha256(task_id.encode()).hexdigest()[:8]}".lstrip(".")
+    return slug
+
+
+def task_slugs(task_ids: Iterable[str]) -> dict[str, str]:
+    """Each id's slug; ids whose slugs collide each get a hash of the id appended (order does not matter)."""
+    ids = set(task_ids)
+    by_slug: dict[str, list[str]] = {}
+    for t in ids:
+        by_slug.setdefault(task_slug(t), []).append(t)
+    return {t: slug if len(same) == 1 else f"{slug}.{hashlib.sha256(t.encode()).hexdigest()[:8]}"
+            for slug, same in by_slug.items() for t in same}
+
+
+def trace_path(out: Path, model: str, scenario: str, label: str, slug: str, sample: int = 0) -> Path:
+    """Where an episode's trace lives; `slug` comes from `task_slugs` (or `task_slug`)."""
+    return Path(out) / model / scenario / label / f"run_{slug}__s{sample}.json"
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -73,13 +101,32 @@ def harness_version() -> str:
         return __version__
 
 
-def is_complete(path: Path) -> bool:
-    """True when the trace exists, parses, and its episode finished (used by --resume)."""
+ResumeStatus = Literal["reuse", "changed", "incomplete", "new"]
+
+
+def resume_status(path: Path, fingerprint: str) -> ResumeStatus:
+    """What `--resume` does with the trace at `path` for an episode whose fingerprint hash is `fingerprint`.
+
+    "reuse": complete and made with the same configuration; "changed": complete, but another
+    configuration (or an older schema without a fingerprint); "incomplete": unreadable or unfinished;
+    "new": no trace yet.
+    """
+    if not path.exists():
+        return "new"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return bool(data.get("outcome", {}).get("completed")) and data.get("schema_version") in READABLE_VERSIONS
+        done = bool(data["outcome"]["completed"]) and data.get("schema_version") in READABLE_VERSIONS
+    except (OSError, ValueError, KeyError, TypeError):
+        return "incomplete"
+    if not done:
+        return "incomplete"
+    stored = data.get("fingerprint")
+    return "reuse" if isinstance(stored, dict) and stored.get("hash") == fingerprint else "changed"
+
+
+def is_complete(path: Path, fingerprint: str) -> bool:
+    """True when `--resume` may keep the trace at `path` (complete, same configuration)."""
+    return resume_status(path, fingerprint) == "reuse"
 
 
 @cache
@@ -115,6 +162,7 @@ RUN_COLUMNS = [
     "task_id", "task_index", "sample", "mode", "passed", "compromised", "exit_reason", "num_steps",
     "num_turns", "turns_used", "prompt_tokens", "cached_prompt_tokens", "completion_tokens", "elapsed_seconds",
     "parse_errors", "tool_calls", "sandbox", "embedding_model", "error", "harness_version", "timestamp", "completed",
+    "fingerprint",
 ]
 STEP_COLUMNS = [
     "run_id", "model", "scenario", "label", "task_id", "sample", "passed", "i", "turn", "type", "tool",
@@ -171,6 +219,7 @@ def _rows(path: Path, data: dict[str, Any]) -> tuple[dict[str, Any], list[dict[s
         "embedding_model": (data.get("embeddings") or {}).get("model"), "error": out.get("error"),
         "harness_version": data.get("harness_version"), "timestamp": data.get("timestamp"),
         "completed": out.get("completed"),
+        "fingerprint": (data.get("fingerprint") or {}).get("hash"),  # None before schema 1.3
     }
     keys = {k: run[k] for k in ("run_id", "model", "scenario", "label", "task_id", "sample", "passed")}
     return run, [_step_row(keys, s) for s in steps]

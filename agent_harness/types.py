@@ -6,6 +6,8 @@ heavy dependencies.
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
 
@@ -20,9 +22,32 @@ class Message(TypedDict):
 Conversation = list[Message]
 
 
+def request_seed(run_seed: int, task_id: str, sample: int, turn: int) -> int:
+    """The sampling seed of one request: a function of (run seed, task id, sample, turn) only.
+
+    Nothing about the batch a request lands in (its batch-mates, its row, the backend's request
+    key) enters, so a sampled episode draws the same tokens however the run is scheduled.
+    """
+    key = f"{run_seed}\0{task_id}\0{sample}\0{turn}".encode()
+    return int.from_bytes(hashlib.sha256(key).digest()[:4], "big") & 0x7FFFFFFF
+
+
+def row_seeds(params: GenParams, n: int, seeds: Sequence[int | None] | None) -> list[int | None]:
+    """Per-row seeds of a batch: `seeds` when given (one per row), else `params.seed + row` (or None)."""
+    if seeds is not None:
+        if len(seeds) != n:
+            raise ValueError(f"{len(seeds)} seeds for {n} conversations")
+        return list(seeds)
+    return [None if params.seed is None else params.seed + i for i in range(n)]
+
+
 @dataclass(frozen=True)
 class GenParams:
-    """Sampling parameters for one `generate` call (shared by the whole batch)."""
+    """Sampling parameters for one `generate` call (shared by the whole batch).
+
+    `seed` is the seed of one request (`request_seed`); a batch gives each row its own through
+    `generate(..., seeds=...)`.
+    """
 
     max_tokens: int = 512
     temperature: float = 0.0
@@ -69,13 +94,16 @@ class BackendInfo:
 class Backend(Protocol):
     """Generates completions for a *batch* of conversations.
 
-    Implementations: transformers, vllm, openai, scripted. `generate` returns one
-    Completion per conversation, in order. `close` frees the model (GPU/CPU memory).
+    Implementations: transformers, vllm, openai, scripted. `generate` returns exactly one
+    Completion per conversation, in order. When sampling, row i draws from its own random stream
+    seeded with `seeds[i]` (`row_seeds`), so its reply does not depend on its batch-mates.
+    `close` frees the model (GPU/CPU memory).
     """
 
     info: BackendInfo
 
-    def generate(self, conversations: list[Conversation], params: GenParams) -> list[Completion]: ...
+    def generate(self, conversations: list[Conversation], params: GenParams,
+                 seeds: Sequence[int | None] | None = None) -> list[Completion]: ...
 
     def close(self) -> None: ...
 

@@ -45,8 +45,9 @@ _BUF = 8 << 20
 
 def cache_root() -> Path:
     """``$AGENT_HARNESS_CACHE`` or ``<repo>/.cache``."""
-    env = os.environ.get("AGENT_HARNESS_CACHE")
-    return Path(env).expanduser().resolve() if env else PROJECT_ROOT / ".cache"
+    from .settings import get_settings
+
+    return get_settings().cache or PROJECT_ROOT / ".cache"
 
 
 def _natural_key(p: Path) -> list[object]:

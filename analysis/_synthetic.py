@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from agent_harness.trace import SCHEMA_VERSION, trace_path
+from agent_harness.trace import SCHEMA_VERSION, task_slug, trace_path
 
 EMBEDDING_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 TOOLS = ("read_file", "write_file", "run_tests", "list_dir")
@@ -114,7 +114,7 @@ def _num_turns(steps: list[dict[str, Any]], exit_reason: str) -> int:
 
 def write(root: Path, trace: dict[str, Any]) -> Path:
     """Write a trace where the runner would put it, in the writer's format (one-shot encoder: fast)."""
-    path = trace_path(root, trace["model"]["name"], trace["scenario"], trace["label"], trace["task_index"],
+    path = trace_path(root, trace["model"]["name"], trace["scenario"], trace["label"], task_slug(trace["task_id"]),
                       trace["sample"])
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(trace, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")

@@ -99,3 +99,42 @@ def test_vllm_engine_start_failure_falls_back_and_leaves_no_process() -> None:
     assert "root cause:" in reason and "VLLM_CPU_KVCACHE_SPACE" in reason  # the child's real error
     assert res["left"] == []  # no engine process outlives the failed start
     assert str(res["text"]).strip()
+
+
+# A vLLM factory with a coding error (not a "cannot start" one), plugged in through BACKENDS in a
+# child process that then runs the real CLI.
+BROKEN = r"""
+import sys
+from agent_harness import backends
+from agent_harness.cli import run_agents_main
+sys.modules["broken_vllm"] = type(sys)("broken_vllm")
+def create(spec):
+    raise {exc}("a bug in the backend")
+sys.modules["broken_vllm"].create = create
+backends.BACKENDS["vllm"] = "broken_vllm:create"
+sys.exit(run_agents_main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("exc", ["RuntimeError", "ValueError", "TypeError", "OSError"])
+@pytest.mark.parametrize("verbose", [False, True])
+def test_backend_bug_stops_the_run_instead_of_falling_back(exc: str, verbose: bool, tmp_path: Path) -> None:
+    registry = tmp_path / "models.yaml"
+    registry.write_text("models:\n  - {name: m, backend: vllm, hf_id: /nonexistent-weights}\n")
+    args = ["--registry", str(registry), "--models", "m", "--n", "1", "--out", str(tmp_path / "t"), "--no-embed",
+            *(["-v"] if verbose else [])]
+    proc = subprocess.run([sys.executable, "-c", BROKEN.format(exc=exc), *args], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 1, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [f"error: backend vllm failed for 'm': {exc}: a bug in the backend (traceback with -v)"]
+    assert "falling back" not in proc.stderr
+    assert ("Traceback (most recent call last)" in proc.stderr) == verbose
+    assert not list((tmp_path / "t").rglob("run_*.json"))
+
+
+def test_cannot_start_errors_are_the_only_ones_that_fall_back() -> None:
+    from agent_harness.backends import CANNOT_START
+    from agent_harness.errors import MissingExtraError
+
+    assert set(CANNOT_START) == {ImportError, BackendUnavailable, MissingExtraError}

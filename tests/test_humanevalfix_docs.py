@@ -79,4 +79,4 @@ def test_docs_label_through_the_cli(tmp_path: Path, agent: str) -> None:
     scenario = "humanevalfix" if agent == "react" else f"humanevalfix-{agent.replace('-', '_')}"
     assert summary["oracle"][scenario]["by_label"]["docs"]["pass@1"] == 1.0
     assert summary["null"][scenario]["by_label"]["docs"]["pass@1"] == 0.0
-    assert (out / "oracle" / scenario / "docs" / "run_000.json").is_file()
+    assert (out / "oracle" / scenario / "docs" / "run_Python-0__s0.json").is_file()

@@ -19,7 +19,7 @@ from agent_harness.scenarios import TaskQuery
 from agent_harness.scenarios.bogus import SCENARIO as BOGUS
 from agent_harness.scenarios.humanevalfix import SCENARIO
 from agent_harness.trace import validate_trace
-from agent_harness.types import Completion, GenParams, Task
+from agent_harness.types import Completion, GenParams, Task, request_seed
 from agent_harness.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,8 +75,9 @@ def test_reflect_end_to_end_oracle_and_null(tmp_path: Path, loop: str) -> None:
             assert data["outcome"]["num_turns"] == turns
             attempts = [s for s in data["steps"] if s["type"] == "attempt"]
             assert [s["temperature"] for s in attempts] == [0.0, 0.4, 0.7, 1.0][:turns]
-            assert [s["seed"] for s in attempts] == [0, 1000, 2000, 3000][:turns]
-    null0 = json.loads((out / "null" / "humanevalfix-reflect" / "gold" / "run_000.json").read_text())
+            want = [request_seed(0, data["task_id"], 0, t) for t in range(turns)]
+            assert [s["seed"] for s in attempts] == want  # the run's one seed derivation
+    null0 = json.loads((out / "null" / "humanevalfix-reflect" / "gold" / "run_Python-0__s0.json").read_text())
     assert [s["check"] for s in null0["steps"] if s["type"] == "feedback"] == ["no_code"] * 4
     assert null0["outcome"]["exit_reason"] == "max_steps" and null0["outcome"]["diff"] == ""
 
@@ -85,7 +86,7 @@ def test_iters_and_strategy_flags(tmp_path: Path) -> None:
     out = tmp_path / "t"
     r = cli("--models", "null", "--agent", "reflect", "--iters", "2", "--n", "1", "--out", str(out), "--no-embed")
     assert r.returncode == 0, r.stderr
-    data = json.loads((out / "null" / "humanevalfix-reflect" / "gold" / "run_000.json").read_text())
+    data = json.loads((out / "null" / "humanevalfix-reflect" / "gold" / "run_Python-0__s0.json").read_text())
     assert data["outcome"]["num_turns"] == 2 and data["agent"]["reflect"]["iters"] == 2
     for bad, why in ((["--agent", "react", "--iters", "2"], "--iters applies to --agent reflect only"),
                      (["--agent", "reflect", "--mode", "single-shot"], "disagree"),
@@ -99,7 +100,7 @@ def test_single_shot_under_both_spellings(tmp_path: Path) -> None:
         out = tmp_path / flags[0].strip("-")
         r = cli("--models", "oracle", "--n", "2", "--out", str(out), "--no-embed", *flags)
         assert r.returncode == 0, r.stderr
-        data = json.loads((out / "oracle" / "humanevalfix-single_shot" / "gold" / "run_000.json").read_text())
+        data = json.loads((out / "oracle" / "humanevalfix-single_shot" / "gold" / "run_Python-0__s0.json").read_text())
         assert data["agent"]["strategy"] == "single_shot" and data["agent"]["mode"] == "single_shot"
         assert data["outcome"]["passed"] is True
 

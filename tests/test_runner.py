@@ -52,11 +52,11 @@ def test_oracle_and_null_end_to_end(tmp_path: Path) -> None:
         assert data["outcome"]["completed"] and data["outcome"]["exit_reason"] == "submitted"
         assert data["sandbox"] in ("bwrap", "rlimit")
         assert data["model"]["backend"] == "scripted"
-    oracle0 = found["oracle/humanevalfix/gold/run_000.json"]
+    oracle0 = found["oracle/humanevalfix/gold/run_Python-0__s0.json"]
     kinds = [s["type"] for s in oracle0["steps"]]
     assert kinds[:3] == ["thought", "tool_call", "tool_result"] and kinds[-1] == "final"
     assert "has_close_elements" in oracle0["outcome"]["diff"]
-    assert found["null/humanevalfix/gold/run_000.json"]["outcome"]["diff"] == ""
+    assert found["null/humanevalfix/gold/run_Python-0__s0.json"]["outcome"]["diff"] == ""
     assert "pass@1" in r.stdout and "oracle" in r.stdout
     frames = load_traces(out)
     assert len(frames.runs) == 12 and not frames.skipped

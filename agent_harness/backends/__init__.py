@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..errors import BackendUnavailable, MissingExtraError
+from ..errors import BackendError, BackendUnavailable, HarnessError, MissingExtraError
 from ..types import Backend, BackendInfo
 
 if TYPE_CHECKING:
@@ -27,6 +27,8 @@ BACKENDS: dict[str, str] = {
     "scripted": "agent_harness.backends.scripted:create",
 }
 FALLBACKS: dict[str, str] = {"vllm": "transformers"}
+# What "cannot start here" looks like: only these move on to the fallback; anything else is a bug to see.
+CANNOT_START = (ImportError, BackendUnavailable, MissingExtraError)
 
 
 def _factory(name: str) -> Callable[[ModelSpec], Backend]:
@@ -37,8 +39,9 @@ def _factory(name: str) -> Callable[[ModelSpec], Backend]:
 def load_backend(spec: ModelSpec, force: str | None = None) -> Backend:
     """Create the backend for `spec` (or `force`), following the fallback chain.
 
-    Raises BackendUnavailable / MissingExtraError only when the last backend in the
-    chain cannot start either; the message then lists every attempt.
+    Only `CANNOT_START` errors fall back. BackendUnavailable / MissingExtraError come out when the
+    last backend in the chain cannot start either (the message then lists every attempt); a
+    ConfigError comes out as it is; any other exception becomes a one-line BackendError.
     """
     requested = force or spec.backend
     name: str | None = requested
@@ -46,7 +49,7 @@ def load_backend(spec: ModelSpec, force: str | None = None) -> Backend:
     while name is not None:
         try:
             backend = _factory(name)(spec)
-        except (ImportError, BackendUnavailable, MissingExtraError, RuntimeError, OSError, ValueError) as e:
+        except CANNOT_START as e:
             reason = f"{name}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             nxt = FALLBACKS.get(name)
             if nxt is None:
@@ -57,6 +60,13 @@ def load_backend(spec: ModelSpec, force: str | None = None) -> Backend:
             reasons.append(reason)
             name = nxt
             continue
+        except HarnessError:
+            raise  # bad configuration: the user's to fix, not a reason to run another backend
+        except Exception as e:  # a fault in the backend itself: stop, never "fell back"
+            log.info("backend %s failed for %s", name, spec.name, exc_info=e)
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            raise BackendError(f"backend {name} failed for '{spec.name}': {type(e).__name__}: {first} "
+                               "(traceback with -v)") from e
         info = backend.info
         backend.info = BackendInfo(
             requested=requested,

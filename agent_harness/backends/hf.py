@@ -16,12 +16,24 @@ import gc
 import logging
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendUnavailable, ConfigError, MissingExtraError
-from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams
-from .local import compute_dtype, context_full, cpu_ids, encode, load_tokenizer, new_token_budget, require_torch
+from ..settings import get_settings
+from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams, row_seeds
+from .local import (
+    complete,
+    compute_dtype,
+    context_full,
+    cpu_ids,
+    encode,
+    first_line,
+    load_tokenizer,
+    new_token_budget,
+    require_torch,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -39,19 +51,6 @@ DEFAULT_MAX_BATCH_TOKENS = {"cpu": 48_000, "cuda": 400_000}
 DEFAULT_KV_CACHE_MB = {"cpu": 2048, "cuda": 8192}
 
 
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r}: expected a positive integer") from None
-    if value < 1:
-        raise ConfigError(f"{name}={raw!r}: expected a positive integer")
-    return value
-
-
 @dataclass
 class _Row:
     """One conversation on its way through `generate`."""
@@ -59,6 +58,7 @@ class _Row:
     index: int
     ids: list[int]
     max_new: int
+    seed: int | None = None
 
 
 class HFBackend:
@@ -83,7 +83,8 @@ class HFBackend:
         self.threads = len(cpu_ids())
         torch.set_num_threads(self.threads)
         weights_dtype = folder_dtype(spec.dtype)
-        self.torch_dtype = getattr(torch, compute_dtype(torch, weights_dtype, cuda, "AGENT_HARNESS_HF_DTYPE"))
+        env = get_settings()
+        self.torch_dtype = getattr(torch, compute_dtype(torch, weights_dtype, cuda, env.hf_dtype))
         dtype_name = str(self.torch_dtype).removeprefix("torch.")
         t0 = time.perf_counter()
         source = model_source(spec, weights_dtype)
@@ -93,7 +94,10 @@ class HFBackend:
         if spec.load_in_4bit:
             kwargs["quantization_config"] = self._bnb_config(transformers, self.torch_dtype)
             kwargs["device_map"] = {"": 0}
-        self.model: Any = transformers.AutoModelForCausalLM.from_pretrained(source, **kwargs)
+        try:
+            self.model: Any = transformers.AutoModelForCausalLM.from_pretrained(source, **kwargs)
+        except (OSError, ValueError) as e:  # missing or unreadable weights: cannot start here
+            raise BackendUnavailable(f"cannot load '{spec.name}' from {source}: {first_line(e)}") from e
         if not spec.load_in_4bit:
             self.model.to(self.device)
         self.model.eval()
@@ -106,14 +110,13 @@ class HFBackend:
             bos_token_id=self.model.generation_config.bos_token_id,
         )
         self.load_s = time.perf_counter() - t0
-        self.max_batch = _env_int("AGENT_HARNESS_HF_MAX_BATCH", DEFAULT_MAX_BATCH[self.device])
-        self.max_batch_tokens = _env_int("AGENT_HARNESS_HF_MAX_BATCH_TOKENS",
-                                         DEFAULT_MAX_BATCH_TOKENS[self.device])
+        self.max_batch = env.hf_max_batch or DEFAULT_MAX_BATCH[self.device]
+        self.max_batch_tokens = env.hf_max_batch_tokens or DEFAULT_MAX_BATCH_TOKENS[self.device]
         self.kv_store: PrefixStore | None = None
-        if os.environ.get("AGENT_HARNESS_HF_KV_REUSE", "1") != "0":
+        if env.hf_kv_reuse:
             from .kv_reuse import PrefixStore
 
-            mb = _env_int("AGENT_HARNESS_HF_KV_CACHE_MB", DEFAULT_KV_CACHE_MB[self.device])
+            mb = env.hf_kv_cache_mb or DEFAULT_KV_CACHE_MB[self.device]
             self.kv_store = PrefixStore(budget_bytes=mb << 20)
         details: dict[str, Any] = {
             "model_dir": source, "dtype": dtype_name, "weights_dtype": weights_dtype,
@@ -193,8 +196,13 @@ class HFBackend:
             batches.append([r])
         return batches
 
-    def generate(self, conversations: list[Conversation], params: GenParams) -> list[Completion]:
-        """One Completion per conversation, in order; the whole list runs as batched generate calls."""
+    def generate(self, conversations: list[Conversation], params: GenParams,
+                 seeds: Sequence[int | None] | None = None) -> list[Completion]:
+        """One Completion per conversation, in order; the whole list runs as batched generate calls.
+
+        Sampled rows draw from their own generator seeded with their seed (`row_seeds`), so a row's
+        reply does not depend on which rows share its sub-batch.
+        """
         import torch
 
         if self.model is None:
@@ -203,15 +211,14 @@ class HFBackend:
             raise ConfigError(f"max_tokens must be >= 1, got {params.max_tokens}")
         results: list[Completion | None] = [None] * len(conversations)
         rows: list[_Row] = []
+        row_seed = row_seeds(params, len(conversations), seeds)
         for i, conv in enumerate(conversations):
             ids = self.encode(conv)
             max_new = new_token_budget(len(ids), params.max_tokens, self.spec.context_length)
             if not max_new:
                 results[i] = context_full(len(ids))
                 continue
-            rows.append(_Row(i, ids, max_new))
-        if params.seed is not None:
-            torch.manual_seed(params.seed)
+            rows.append(_Row(i, ids, max_new, row_seed[i]))
         stops = tuple(s for s in params.stop if s)
         pending = self._sub_batches(rows)
         while pending:
@@ -228,10 +235,11 @@ class HFBackend:
                 continue
             for row, comp in zip(batch, done, strict=True):
                 results[row.index] = comp
-        return [c for c in results if c is not None]
+        return complete(results)
 
     def _run(self, batch: list[_Row], params: GenParams, stops: tuple[str, ...]) -> list[Completion]:
-        if self.kv_store is not None:
+        # Sampling always takes our decode loop: transformers' generate draws every row from one global RNG.
+        if self.kv_store is not None or not params.greedy:
             return self._run_reusing_kv(batch, params, stops)
         return self._run_generate(batch, params, stops)
 
@@ -240,9 +248,9 @@ class HFBackend:
         """Our own decode loop: stored KV prefixes, chunked prefill, finished rows leave the batch."""
         import torch
 
-        from .kv_reuse import DecodeRow, decode
+        from .kv_reuse import DecodeRow, PrefixStore, decode
 
-        assert self.kv_store is not None
+        store = self.kv_store if self.kv_store is not None else PrefixStore(budget_bytes=0)  # 0: keeps nothing
         ends = self.eos_ids | {self.pad_id}
         window = max((len(s) for s in stops), default=0) + 8  # tokens: one completes a stop ending in it
         detok = self.tokenizer.decode
@@ -253,7 +261,7 @@ class HFBackend:
             return bool(stops) and any(s in detok(toks[-window:], skip_special_tokens=True) for s in stops)
 
         with torch.inference_mode():
-            out = decode(self.model, [DecodeRow(r.ids, r.max_new) for r in batch], params, self.kv_store,
+            out = decode(self.model, [DecodeRow(r.ids, r.max_new, r.seed) for r in batch], params, store,
                          self.pad_id, is_done)
         return [self._finish(r, res.tokens, stops, res.latency_s, res.reused)
                 for r, res in zip(batch, out, strict=True)]

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
+from ..errors import BackendError
 from ..types import GenParams
 
 PREFILL_CHUNK = 512  # tokens per prefill forward: bounds the attention scores' memory
@@ -89,6 +90,7 @@ class PrefixStore:
 class DecodeRow:
     ids: list[int]  # the whole prompt
     max_new: int
+    seed: int | None = None  # this row's own random stream when sampling (None: torch's global one)
 
 
 @dataclass
@@ -98,7 +100,8 @@ class DecodeResult:
     reused: int = 0  # prompt tokens whose KV came from the store
 
 
-def _sample(logits: torch.Tensor, params: GenParams) -> torch.Tensor:
+def _sample(logits: torch.Tensor, params: GenParams, gens: list[torch.Generator | None]) -> torch.Tensor:
+    """One token per row; row i draws from `gens[i]`, so its draw does not depend on the other rows."""
     if params.greedy:
         return logits.argmax(-1)
     probs = torch.softmax(logits.float() / params.temperature, dim=-1)
@@ -107,7 +110,11 @@ def _sample(logits: torch.Tensor, params: GenParams) -> torch.Tensor:
         drop = sorted_p.cumsum(-1) - sorted_p > params.top_p  # keep the smallest set reaching top_p
         sorted_p = sorted_p.masked_fill(drop, 0.0)
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
-    return torch.multinomial(probs, 1).squeeze(-1)
+    return torch.cat([torch.multinomial(probs[i], 1, generator=g) for i, g in enumerate(gens)])
+
+
+def _generator(seed: int | None, device: Any) -> torch.Generator | None:
+    return None if seed is None else torch.Generator(device=device).manual_seed(seed)
 
 
 def _batch_cache(model: Any, parts: list[tuple[_Entry | None, int]], width: int) -> DynamicCache:
@@ -179,10 +186,11 @@ def decode(
     last_pos = pos[:, -1].clone()
 
     alive = list(range(b))
+    gens = [None if params.greedy else _generator(r.seed, device) for r in rows]
     gen: list[list[int]] = [[] for _ in rows]
     results: list[DecodeResult | None] = [None] * b
     while alive:
-        nxt = _sample(logits, params)
+        nxt = _sample(logits, params, [gens[r] for r in alive])
         keep: list[int] = []
         for i, r in enumerate(alive):
             gen[r].append(int(nxt[i]))
@@ -210,4 +218,7 @@ def decode(
         out = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=last_pos[:, None],
                     past_key_values=cache, use_cache=True, logits_to_keep=1)
         logits = out.logits[:, -1, :]
+    missing = [j for j, r in enumerate(results) if r is None]
+    if missing:
+        raise BackendError(f"decode: row {missing[0]} of {b} ended without a result")
     return [r for r in results if r is not None]

@@ -6,7 +6,7 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError, MissingExtraError
+from ..errors import BackendError, BackendUnavailable, ConfigError, MissingExtraError
 from ..types import Completion, Conversation
 
 if TYPE_CHECKING:
@@ -15,6 +15,12 @@ if TYPE_CHECKING:
 DTYPES = ("bfloat16", "float16", "float32")
 
 log = logging.getLogger(__name__)
+
+
+def first_line(e: BaseException) -> str:
+    """`Type: first line of the message`, for one-line errors."""
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
 
 
 def require_torch(backend: str) -> tuple[Any, Any]:
@@ -37,18 +43,15 @@ def cpu_ids() -> list[int]:
         return list(range(os.cpu_count() or 1))
 
 
-def compute_dtype(torch: Any, name: str, cuda: bool, force_env: str) -> str:
+def compute_dtype(torch: Any, name: str, cuda: bool, forced: str | None) -> str:
     """The dtype to run in: `name`, unless the hardware has no fast kernels for it.
 
     On a CPU without AVX-512 BF16 / AMX, bf16 matmuls are emulated and do not speed up with batch
     size (an AVX2 EPYC: transformers 10.7 tok/s at batch 16 in bf16 against 36.8 in fp32; vLLM 3
-    against 28), so half precision runs in fp32 there (bf16 weights upcast exactly). The
-    environment variable `force_env` overrides the choice.
+    against 28), so half precision runs in fp32 there (bf16 weights upcast exactly). `forced`
+    (AGENT_HARNESS_HF_DTYPE / AGENT_HARNESS_VLLM_DTYPE, validated in settings.py) overrides the choice.
     """
-    forced = os.environ.get(force_env)
     if forced:
-        if forced not in DTYPES:
-            raise ConfigError(f"{force_env}={forced!r}: expected bfloat16, float16 or float32")
         return forced
     if cuda:
         return "float16" if name == "bfloat16" and not torch.cuda.is_bf16_supported() else name
@@ -63,7 +66,10 @@ def compute_dtype(torch: Any, name: str, cuda: bool, force_env: str) -> str:
 
 def load_tokenizer(transformers: Any, spec: ModelSpec, source: str) -> Any:
     """The model's tokenizer with the spec's chat template, if it sets one; a template is required."""
-    tokenizer = transformers.AutoTokenizer.from_pretrained(source)
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(source)
+    except (OSError, ValueError) as e:  # no or unreadable weights folder: this backend cannot start
+        raise BackendUnavailable(f"cannot load the tokenizer of '{spec.name}' from {source}: {first_line(e)}") from e
     if spec.chat_template:
         tokenizer.chat_template = spec.chat_template
     if not tokenizer.chat_template:
@@ -89,3 +95,12 @@ def new_token_budget(n_prompt: int, max_tokens: int, context_length: int) -> int
 def context_full(n_prompt: int) -> Completion:
     """The reply to a prompt that leaves no room: nothing generated, finish_reason "length"."""
     return Completion("", n_prompt, 0, "length", 0.0)
+
+
+def complete(results: list[Completion | None]) -> list[Completion]:
+    """`results` as a list of completions, one per conversation; BackendError names the first row without one."""
+    missing = [i for i, c in enumerate(results) if c is None]
+    if missing:
+        raise BackendError(f"no completion for conversation {missing[0]} of {len(results)} "
+                           f"({len(missing)} missing)")
+    return [c for c in results if c is not None]

@@ -23,11 +23,14 @@ import os
 import random
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendUnavailable, ConfigError, MissingExtraError
-from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams
+from ..settings import get_settings
+from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams, row_seeds
 
 if TYPE_CHECKING:
     import httpx
@@ -43,17 +46,8 @@ RETRY_STATUSES = frozenset({408, 429}) | frozenset(range(500, 600))
 
 
 def _backoff_base() -> float:
-    raw = os.environ.get("AGENT_HARNESS_OPENAI_BACKOFF_S")
-    if raw is None or raw == "":
-        return DEFAULT_BACKOFF_S
-    bad = f"AGENT_HARNESS_OPENAI_BACKOFF_S={raw!r}: expected seconds (a number >= 0)"
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(bad) from None
-    if value < 0:
-        raise ConfigError(bad)
-    return value
+    backoff = get_settings().openai_backoff_s
+    return DEFAULT_BACKOFF_S if backoff is None else backoff
 
 
 def _retry_after(resp: httpx.Response) -> float | None:
@@ -208,18 +202,24 @@ class OpenAIBackend:
         )
 
     # -- the batch -------------------------------------------------------------------------------
-    def generate(self, conversations: list[Conversation], params: GenParams) -> list[Completion]:
-        """One Completion per conversation, in order; up to `concurrency` requests in flight."""
+    def generate(self, conversations: list[Conversation], params: GenParams,
+                 seeds: Sequence[int | None] | None = None) -> list[Completion]:
+        """One Completion per conversation, in order; up to `concurrency` requests in flight.
+
+        Request i carries `seeds[i]` when given (else `params.seed`) as the API's `seed`.
+        """
         if params.max_tokens < 1:
             raise ConfigError(f"max_tokens must be >= 1, got {params.max_tokens}")
         if not conversations:
             return []
         stops = tuple(s for s in params.stop if s)
+        n = len(conversations)
+        rows = [params] * n if seeds is None else [replace(params, seed=s) for s in row_seeds(params, n, seeds)]
         workers = min(self.endpoint.concurrency, len(conversations))
         if workers == 1:
-            return [self._one(c, params, stops) for c in conversations]
+            return [self._one(c, p, stops) for c, p in zip(conversations, rows, strict=True)]
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="openai") as pool:
-            futures = [pool.submit(self._one, c, params, stops) for c in conversations]
+            futures = [pool.submit(self._one, c, p, stops) for c, p in zip(conversations, rows, strict=True)]
             try:
                 return [f.result() for f in futures]
             except BaseException:

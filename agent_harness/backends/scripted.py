@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -111,7 +112,8 @@ class ScriptedBackend:
         replies = self._per_task[task.id] if own and task is not None else self._shared
         return replies[turn] if turn < len(replies) else FINAL_TEXT
 
-    def generate(self, conversations: list[Conversation], params: GenParams) -> list[Completion]:
+    def generate(self, conversations: list[Conversation], params: GenParams,
+                 seeds: Sequence[int | None] | None = None) -> list[Completion]:  # replies do not sample
         out = []
         for conv in conversations:
             start = time.perf_counter()

@@ -56,13 +56,22 @@ import re
 import sys
 import threading
 import time
-import zlib
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendUnavailable, ConfigError, MissingExtraError
-from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams
-from .local import compute_dtype, context_full, cpu_ids, encode, load_tokenizer, new_token_budget, require_torch
+from ..settings import get_settings
+from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams, row_seeds
+from .local import (
+    complete,
+    compute_dtype,
+    context_full,
+    cpu_ids,
+    encode,
+    load_tokenizer,
+    new_token_budget,
+    require_torch,
+)
 
 if TYPE_CHECKING:
     from ..registry import ModelSpec
@@ -72,10 +81,6 @@ log = logging.getLogger(__name__)
 DEFAULT_KV_CACHE_GIB = 4
 CPU_BLOCK_SIZE = 32
 _TRUE = ("1", "true", "yes", "on")
-
-
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in _TRUE
 
 
 def cpu_id_list(cpus: list[int]) -> str:
@@ -133,16 +138,6 @@ def apply_cpu_env() -> dict[str, str]:
     return applied
 
 
-def _env_int(name: str, ok: Callable[[int], bool], expected: str) -> int | None:
-    """The integer in environment variable `name`, None when unset; ConfigError when not `ok`."""
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return None
-    if not raw.isdigit() or not ok(int(raw)):
-        raise ConfigError(f"{name}={raw!r}: expected {expected}")
-    return int(raw)
-
-
 def engine_options(cuda: bool) -> dict[str, Any]:
     """`vllm.LLM` arguments from the AGENT_HARNESS_VLLM_* variables; a bad value is a ConfigError.
 
@@ -150,20 +145,16 @@ def engine_options(cuda: bool) -> dict[str, Any]:
     in whole blocks, so each agent turn recomputes less of the previous one, and on the AVX2 EPYC
     decode at batch 32 over 1.5k-token contexts ran 61 tok/s against 46 (bench/RESULTS.md).
     """
+    env = get_settings()
     opts: dict[str, Any] = {} if cuda else {"block_size": CPU_BLOCK_SIZE}
-    block = _env_int("AGENT_HARNESS_VLLM_BLOCK_SIZE", lambda n: n > 0 and n % 16 == 0, "a multiple of 16")
-    if block is not None:
-        opts["block_size"] = block
-    ngram = _env_int("AGENT_HARNESS_VLLM_NGRAM", lambda n: 1 <= n <= 16, "draft tokens per step, 1 to 16")
+    if env.vllm_block_size is not None:
+        opts["block_size"] = env.vllm_block_size
+    ngram = env.vllm_ngram
     if ngram is not None:
         opts["speculative_config"] = {"method": "ngram", "num_speculative_tokens": ngram,
                                       "prompt_lookup_min": 2, "prompt_lookup_max": 5}
-    util = os.environ.get("AGENT_HARNESS_VLLM_GPU_UTIL", "").strip()
-    if cuda and util:
-        try:
-            opts["gpu_memory_utilization"] = float(util)
-        except ValueError:
-            raise ConfigError(f"AGENT_HARNESS_VLLM_GPU_UTIL={util!r}: expected a fraction") from None
+    if cuda and env.vllm_gpu_util is not None:
+        opts["gpu_memory_utilization"] = env.vllm_gpu_util
     return opts
 
 
@@ -335,9 +326,9 @@ class VLLMBackend:
         if not cuda:
             apply_cpu_env()
         weights_dtype = folder_dtype(spec.dtype)
-        self.dtype = compute_dtype(torch, weights_dtype, cuda, "AGENT_HARNESS_VLLM_DTYPE")
-        eager = os.environ.get("AGENT_HARNESS_VLLM_EAGER", "").strip().lower()
-        self.eager = eager in _TRUE if eager else not cuda
+        env = get_settings()
+        self.dtype = compute_dtype(torch, weights_dtype, cuda, env.vllm_dtype)
+        self.eager = env.vllm_eager if env.vllm_eager is not None else not cuda
         t0 = time.perf_counter()
         source = model_source(spec, weights_dtype)
         self.tokenizer = load_tokenizer(transformers, spec, source)
@@ -410,19 +401,19 @@ class VLLMBackend:
     def encode(self, conv: Conversation) -> list[int]:
         return encode(self.tokenizer, conv)
 
-    def _sampling(self, params: GenParams, max_new: int, index: int) -> Any:
+    def _sampling(self, params: GenParams, max_new: int, seed: int | None) -> Any:
         from vllm import SamplingParams
 
         stops = [s for s in params.stop if s]
         if params.greedy:
             return SamplingParams(max_tokens=max_new, temperature=0.0, stop=stops)
-        # Each row its own stream: identical conversations in one batch must not sample alike.
-        seed = None if params.seed is None else params.seed + index
+        # A per-request seed: vLLM gives the request its own generator, independent of the batch.
         return SamplingParams(max_tokens=max_new, temperature=params.temperature, top_p=params.top_p,
                               stop=stops, seed=seed)
 
-    def generate(self, conversations: list[Conversation], params: GenParams) -> list[Completion]:
-        """One Completion per conversation, in order, from a single `LLM.generate` call."""
+    def generate(self, conversations: list[Conversation], params: GenParams,
+                 seeds: Sequence[int | None] | None = None) -> list[Completion]:
+        """One Completion per conversation, in order, from a single `LLM.generate` call (row i seeded `seeds[i]`)."""
         if self.llm is None:
             raise BackendUnavailable(f"vllm backend for '{self.spec.name}' is closed")
         if params.max_tokens < 1:
@@ -431,6 +422,7 @@ class VLLMBackend:
         prompts: list[dict[str, Any]] = []
         sampling: list[Any] = []
         index: list[int] = []
+        row_seed = row_seeds(params, len(conversations), seeds)
         for i, conv in enumerate(conversations):
             ids = self.encode(conv)
             max_new = new_token_budget(len(ids), params.max_tokens, self.spec.context_length)
@@ -438,7 +430,7 @@ class VLLMBackend:
                 results[i] = context_full(len(ids))
                 continue
             prompts.append({"prompt_token_ids": ids})
-            sampling.append(self._sampling(params, max_new, i))
+            sampling.append(self._sampling(params, max_new, row_seed[i]))
             index.append(i)
         if prompts:
             stops = tuple(s for s in params.stop if s)
@@ -447,7 +439,7 @@ class VLLMBackend:
             latency = time.perf_counter() - t0
             for i, prompt, out in zip(index, prompts, outs, strict=True):
                 results[i] = self._finish(out, len(prompt["prompt_token_ids"]), stops, latency)
-        return [c for c in results if c is not None]
+        return complete(results)
 
     # -- streaming (StreamingBackend): requests join the running batch between engine steps --------
     def submit(self, key: str, conversation: Conversation, params: GenParams) -> None:
@@ -460,7 +452,7 @@ class VLLMBackend:
             return
         stops = tuple(s for s in params.stop if s)
         self._requests[key] = (len(ids), stops, time.perf_counter())
-        sampling = self._sampling(params, max_new, zlib.crc32(key.encode()))
+        sampling = self._sampling(params, max_new, params.seed)  # the request's own seed, never the key
         self.llm.llm_engine.add_request(key, {"prompt_token_ids": ids}, sampling)
 
     def poll(self) -> list[tuple[str, Completion]]:

@@ -854,11 +854,9 @@ class _State:
 def scenario_dirs() -> list[Path]:
     """Folders searched for `<name>/scenario.yaml`: the repo's `scenarios/`, then $AGENT_HARNESS_SCENARIOS."""
     from ..registry import PROJECT_ROOT
+    from ..settings import get_settings
 
-    dirs = [PROJECT_ROOT / "scenarios"]
-    extra = os.environ.get("AGENT_HARNESS_SCENARIOS", "")
-    dirs += [Path(p) for p in extra.split(os.pathsep) if p]
-    return dirs
+    return [PROJECT_ROOT / "scenarios", *get_settings().scenarios]
 
 
 def find_yaml_scenarios() -> dict[str, Path]:

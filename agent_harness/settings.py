@@ -1,0 +1,125 @@
+"""Every ``AGENT_HARNESS_*`` environment variable, read and validated in one place.
+
+`get_settings()` parses the environment into a frozen `Settings`; a bad value is a ConfigError
+naming the variable (one line, exit 2 from the CLI). The result is cached until one of the
+variables changes, so code reads settings freely and tests can still set variables.
+`VARIABLES` is the README's table.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+PREFIX = "AGENT_HARNESS_"
+Dtype = Literal["bfloat16", "float16", "float32"]
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+# field -> (what it does, the expected value in words); the variable is PREFIX + field.upper()
+VARIABLES: dict[str, tuple[str, str]] = {
+    "cache": ("model weights, converted folders and compile caches", "a folder (default <repo>/.cache)"),
+    "scenarios": ("extra folders searched for <name>/scenario.yaml", "folders separated by ':'"),
+    "sandbox": ("sandbox kind: bwrap required, rlimit forced, or auto", "bwrap, rlimit or auto"),
+    "sandbox_uid": ("uid that commands run as when the harness runs as root", "an integer >= 0 (default 65534)"),
+    "hf_dtype": ("transformers compute dtype, overriding the automatic choice", "bfloat16, float16 or float32"),
+    "hf_max_batch": ("transformers: rows per sub-batch", "a positive integer (default 32 CPU, 64 CUDA)"),
+    "hf_max_batch_tokens": ("transformers: padded tokens per sub-batch", "a positive integer"),
+    "hf_kv_reuse": ("transformers: reuse KV caches across agent steps", "1 or 0 (default 1)"),
+    "hf_kv_cache_mb": ("transformers: KV store size in MiB", "a positive integer (default 2048 CPU, 8192 CUDA)"),
+    "vllm_dtype": ("vLLM compute dtype, overriding the automatic choice", "bfloat16, float16 or float32"),
+    "vllm_eager": ("vLLM: skip graph compilation (default on CPU)", "1 or 0"),
+    "vllm_block_size": ("vLLM KV block size (prefix cache granularity)", "a multiple of 16 (default 32 on CPU)"),
+    "vllm_ngram": ("vLLM n-gram speculative decoding: draft tokens per step", "1 to 16 (default off)"),
+    "vllm_gpu_util": ("vLLM gpu_memory_utilization (CUDA)", "a fraction in (0, 1]"),
+    "openai_backoff_s": ("openai backend: base delay between retries", "seconds >= 0 (default 1)"),
+    "no_vllm": ("scripts/setup.sh: do not install vLLM", "any non-empty value"),
+}
+
+
+class Settings(BaseModel):
+    """The parsed variables; None where unset (the code using it picks the default)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cache: Path | None = None
+    scenarios: tuple[Path, ...] = ()
+    sandbox: Literal["auto", "bwrap", "rlimit"] = "auto"
+    sandbox_uid: int = Field(65534, ge=0)
+    hf_dtype: Dtype | None = None
+    hf_max_batch: int | None = Field(None, ge=1)
+    hf_max_batch_tokens: int | None = Field(None, ge=1)
+    hf_kv_reuse: bool = True
+    hf_kv_cache_mb: int | None = Field(None, ge=1)
+    vllm_dtype: Dtype | None = None
+    vllm_eager: bool | None = None
+    vllm_block_size: int | None = Field(None, gt=0, multiple_of=16)
+    vllm_ngram: int | None = Field(None, ge=1, le=16)
+    vllm_gpu_util: float | None = Field(None, gt=0.0, le=1.0)
+    openai_backoff_s: float | None = Field(None, ge=0.0)
+    no_vllm: str | None = None
+
+    @field_validator("hf_kv_reuse", "vllm_eager", mode="before")
+    @classmethod
+    def _flag(cls, v: object) -> object:
+        if isinstance(v, str):
+            low = v.strip().lower()
+            if low in _TRUE or low in _FALSE:
+                return low in _TRUE
+            raise ValueError("expected 1 or 0")
+        return v
+
+    @field_validator("sandbox", mode="before")
+    @classmethod
+    def _lower(cls, v: object) -> object:
+        return v.strip().lower() if isinstance(v, str) else v
+
+    @field_validator("cache", mode="after")
+    @classmethod
+    def _resolve(cls, v: Path | None) -> Path | None:
+        return v.expanduser().resolve() if v is not None else None
+
+
+def _raw(environ: dict[str, str]) -> dict[str, object]:
+    """The variables that are set (non-empty), by field name."""
+    values: dict[str, object] = {}
+    for name in VARIABLES:
+        raw = environ.get(PREFIX + name.upper(), "").strip()
+        if raw:
+            values[name] = tuple(Path(p) for p in raw.split(os.pathsep) if p) if name == "scenarios" else raw
+    return values
+
+
+def parse(environ: dict[str, str]) -> Settings:
+    """Validate the AGENT_HARNESS_* variables of `environ`; ConfigError (one line) on the first bad one."""
+    unknown = sorted(k for k in environ if k.startswith(PREFIX) and k[len(PREFIX):].lower() not in VARIABLES)
+    for k in unknown:
+        log.warning("%s is not a setting of the harness (ignored); known: see README 'Environment variables'", k)
+    values = _raw(environ)
+    try:
+        return Settings(**values)  # type: ignore[arg-type]
+    except ValidationError as e:
+        err = e.errors()[0]
+        name = str(err["loc"][0]) if err["loc"] else ""
+        var = PREFIX + name.upper()
+        expected = VARIABLES.get(name, ("", "a valid value"))[1]
+        raise ConfigError(f"{var}={environ.get(var, '')!r}: expected {expected}") from None
+
+
+_cache: tuple[tuple[tuple[str, str], ...], Settings] | None = None
+
+
+def get_settings() -> Settings:
+    """The settings of the current environment (parsed again only when an AGENT_HARNESS_* variable changed)."""
+    global _cache
+    key = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(PREFIX)))
+    if _cache is None or _cache[0] != key:
+        _cache = (key, parse(dict(os.environ)))
+    return _cache[1]

@@ -1,0 +1,167 @@
+"""--resume checks the run configuration fingerprint; trace files are named by task id (CLI, scripted models)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from agent_harness.trace import load_traces, resume_status, task_slug, task_slugs, validate_trace, write_json_atomic
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(ROOT / "run_agents.py"), "--no-embed", *args], capture_output=True,
+                          text=True, cwd=ROOT, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
+
+
+def resume_line(r: subprocess.CompletedProcess[str]) -> str:
+    assert r.returncode == 0, r.stderr
+    lines = [line for line in r.stderr.splitlines() if line.startswith("resume:")]
+    assert len(lines) == 1, r.stderr
+    return lines[0]
+
+
+def mtimes(out: Path) -> dict[str, int]:
+    return {str(p.relative_to(out)): p.stat().st_mtime_ns for p in out.rglob("run_*.json")}
+
+
+def test_resume_same_config_redoes_nothing_and_changed_config_redoes_all(tmp_path: Path) -> None:
+    out = tmp_path / "t"
+    base = ["--models", "oracle", "--n", "3", "--out", str(out)]
+    assert cli(*base).returncode == 0
+    before = mtimes(out)
+    assert sorted(before) == [f"oracle/humanevalfix/gold/run_Python-{i}__s0.json" for i in range(3)]
+    header = json.loads((out / "oracle/humanevalfix/gold/run_Python-1__s0.json").read_text())
+    assert header["schema_version"] == "1.3" and validate_trace(header) == []
+    fp = header["fingerprint"]
+    assert len(fp["hash"]) == 64 and fp["config"]["agent"]["demo"] is True
+    assert fp["config"]["task"]["id"] == "Python/1" and fp["config"]["model"]["name"] == "oracle"
+
+    r = cli(*base, "--resume")
+    assert resume_line(r) == "resume: reused 3, redid 0 (0 config changed, 0 incomplete)"
+    assert mtimes(out) == before
+
+    r = cli(*base, "--resume", "--no-demo")
+    assert resume_line(r) == "resume: reused 0, redid 3 (3 config changed, 0 incomplete)"
+    after = mtimes(out)
+    assert sorted(after) == sorted(before) and all(after[k] != before[k] for k in before)
+    for p in out.rglob("run_*.json"):
+        trace = json.loads(p.read_text())
+        assert trace["agent"]["demo"] is False and trace["fingerprint"]["hash"] != fp["hash"]
+
+    # Unfinished and pre-1.3 traces (no fingerprint) are redone too, and said so.
+    p0, p2 = (out / f"oracle/humanevalfix/gold/run_Python-{i}__s0.json" for i in (0, 2))
+    t0 = json.loads(p0.read_text())
+    t0["outcome"]["completed"] = False
+    write_json_atomic(p0, t0)
+    t2 = json.loads(p2.read_text())
+    t2["schema_version"] = "1.2"
+    del t2["fingerprint"]
+    write_json_atomic(p2, t2)
+    r = cli(*base, "--resume", "--no-demo", "--n", "4")
+    assert resume_line(r) == "resume: reused 1, redid 3 (1 config changed, 1 incomplete, 1 new)"
+
+
+def test_seed_and_model_change_the_fingerprint(tmp_path: Path) -> None:
+    out = tmp_path / "t"
+    base = ["--models", "oracle", "--n", "2", "--out", str(out)]
+    assert cli(*base).returncode == 0
+    assert resume_line(cli(*base, "--resume", "--seed", "1")) == \
+        "resume: reused 0, redid 2 (2 config changed, 0 incomplete)"
+    assert resume_line(cli(*base, "--resume", "--seed", "1", "--max-steps", "11")) == \
+        "resume: reused 0, redid 2 (2 config changed, 0 incomplete)"
+    registry = tmp_path / "models.yaml"
+    registry.write_text((ROOT / "models.yaml").read_text().replace("name: oracle", "name: oracle\n    max_tokens: 99"))
+    assert resume_line(cli(*base, "--registry", str(registry), "--resume", "--seed", "1", "--max-steps", "11")) == \
+        "resume: reused 0, redid 2 (2 config changed, 0 incomplete)"
+
+
+SCENARIO = """\
+description: resume test
+labels:
+  gold: {}
+defaults:
+  test_cmd: [python3, -m, unittest, discover, -s, tests]
+score:
+  pass:
+    - {kind: tests_pass}
+tasks:
+"""
+
+
+def task(tid: str) -> str:
+    return (f"  - id: {tid}\n    statement: Set x to 2 in a.py.\n"
+            f'    files: {{a.py: "x = 1\\n", tests/test_a.py: "import unittest\\n"}}\n'
+            f'    oracle:\n      - {{tool: write_file, args: {{path: a.py, content: "x = 2\\n"}}}}\n')
+
+
+def test_inserting_a_task_moves_no_file(tmp_path: Path) -> None:
+    scen = tmp_path / "scen" / "ins"
+    scen.mkdir(parents=True)
+    env = {"AGENT_HARNESS_SCENARIOS": str(tmp_path / "scen")}
+    out = tmp_path / "t"
+    args = ["--models", "oracle", "--scenario", "ins", "--out", str(out)]
+    (scen / "scenario.yaml").write_text(SCENARIO + task("alpha/1") + task("gamma"))
+    assert cli(*args, env=env).returncode == 0
+    before = mtimes(out)
+    assert sorted(before) == ["oracle/ins/gold/run_alpha-1__s0.json", "oracle/ins/gold/run_gamma__s0.json"]
+
+    (scen / "scenario.yaml").write_text(SCENARIO + task("alpha/1") + task("beta") + task("gamma"))
+    r = cli(*args, "--resume", env=env)
+    assert resume_line(r) == "resume: reused 2, redid 1 (0 config changed, 0 incomplete, 1 new)"
+    after = mtimes(out)
+    assert {k: after[k] for k in before} == before and "oracle/ins/gold/run_beta__s0.json" in after
+    by_id = {json.loads(p.read_text())["task_id"]: p.name for p in out.rglob("run_*.json")}
+    assert by_id == {"alpha/1": "run_alpha-1__s0.json", "beta": "run_beta__s0.json", "gamma": "run_gamma__s0.json"}
+
+
+def test_table_and_summary_cover_this_run_only(tmp_path: Path) -> None:
+    out = tmp_path / "t"
+    assert cli("--models", "oracle", "--n", "2", "--out", str(out)).returncode == 0
+    r = cli("--models", "null", "--n", "3", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    notes = [line for line in r.stderr.splitlines() if line.startswith("note:")]
+    assert notes == [f"note: {out} also holds 2 trace(s) of other configurations; "
+                     "the table and summary.json cover this run's 3 episode(s) only"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert list(summary) == ["null"] and summary["null"]["humanevalfix"]["n_episodes"] == 3
+    assert "oracle" not in r.stdout
+
+    r = cli("--models", "null", "--n", "3", "--out", str(out), "--no-format-reminder")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["null"]["humanevalfix"]["n_episodes"] == 3  # the rewritten traces, not old plus new
+    assert "also holds 2 trace(s)" in r.stderr
+
+
+def test_old_traces_still_load_for_analysis(tmp_path: Path) -> None:
+    out = tmp_path / "t"
+    assert cli("--models", "oracle", "--n", "1", "--out", str(out)).returncode == 0
+    [new] = out.rglob("run_*.json")
+    old: dict[str, Any] = json.loads(new.read_text())
+    old["schema_version"] = "1.2"
+    del old["fingerprint"]
+    write_json_atomic(new.with_name("run_000.json"), old)  # a 1.2 trace, named by position
+    assert validate_trace(old) == []
+    frames = load_traces(out)
+    assert frames.skipped == [] and len(frames.runs) == 2
+    assert sorted(frames.runs["fingerprint"].isna()) == [False, True]
+    assert resume_status(new.with_name("run_000.json"), "x") == "changed"
+    assert resume_status(new.with_name("missing.json"), "x") == "new"
+
+
+def test_task_slugs_are_safe_stable_and_distinct() -> None:
+    assert task_slug("Python/5") == "Python-5"
+    assert task_slug("../../etc/passwd") == "etc-passwd"
+    assert task_slug("...").startswith("") and "/" not in task_slug("...") and task_slug("...")
+    long = task_slug("x" * 300)
+    assert len(long) <= 90 and long != task_slug("x" * 299)
+    ids = ["a/b", "a-b", "a b", "c"]
+    slugs = task_slugs(ids)
+    assert slugs == task_slugs(reversed(ids))  # independent of the order tasks come in
+    assert len(set(slugs.values())) == 4 and slugs["c"] == "c"
+    assert all(s.startswith("a-b.") for t, s in slugs.items() if t != "c")

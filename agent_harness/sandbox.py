@@ -253,7 +253,6 @@ def _bwrap_argv(cmd: list[str], cwd: Path, limits: Limits, env: dict[str, str], 
 # Memory cgroup: bounds the memory of all of a command's processes together
 
 
-_CGROUP_FS = Path(os.environ.get("AGENT_HARNESS_CGROUP_FS", "/sys/fs/cgroup"))
 _JOIN = 'echo $$ > "$0" && exec "$@"'  # the shell moves itself into the cgroup, then becomes the command
 
 
@@ -262,13 +261,17 @@ def _probe_cgroup() -> tuple[str, Path] | None:
 
     Needs root: the command joins its cgroup before it drops to the sandbox uid.
     """
-    if os.geteuid() != 0 or os.environ.get("AGENT_HARNESS_CGROUP", "").strip().lower() in ("0", "no", "off"):
+    from .settings import get_settings
+
+    settings = get_settings()
+    if os.geteuid() != 0 or not settings.cgroup:
         return None
+    cgroup_fs = settings.cgroup_fs
     candidates = []
-    if "memory" in _read(_CGROUP_FS / "cgroup.controllers").split():
-        candidates.append(("v2", _CGROUP_FS / "agent-harness"))
-    if (_CGROUP_FS / "memory" / "memory.limit_in_bytes").exists():
-        candidates.append(("v1", _CGROUP_FS / "memory" / "agent-harness"))
+    if "memory" in _read(cgroup_fs / "cgroup.controllers").split():
+        candidates.append(("v2", cgroup_fs / "agent-harness"))
+    if (cgroup_fs / "memory" / "memory.limit_in_bytes").exists():
+        candidates.append(("v1", cgroup_fs / "memory" / "agent-harness"))
     for version, base in candidates:
         try:
             base.mkdir(exist_ok=True)

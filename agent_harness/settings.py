@@ -40,7 +40,13 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "vllm_ngram": ("vLLM n-gram speculative decoding: draft tokens per step", "1 to 16 (default off)"),
     "vllm_gpu_util": ("vLLM gpu_memory_utilization (CUDA)", "a fraction in (0, 1]"),
     "openai_backoff_s": ("openai backend: base delay between retries", "seconds >= 0 (default 1)"),
+    "engine_log": ("vLLM's own log lines go to this file (the CLI sets <out>/engine.log unless -v)", "a file path"),
+    "cgroup": ("bound a command's processes together with a memory cgroup (root only)", "1 or 0 (default 1)"),
+    "cgroup_fs": ("where the cgroup file system is mounted", "a folder (default /sys/fs/cgroup)"),
     "no_vllm": ("scripts/setup.sh: do not install vLLM", "any non-empty value"),
+    "no_1_5b": ("scripts/setup.sh: do not install and prepare the 1.5B offline model", "any non-empty value"),
+    "no_chromium": ("scripts/setup.sh: do not install chromium (report screenshots)", "any non-empty value"),
+    "venv": ("scripts/install_vllm.sh: the virtualenv to install into", "a folder (default <repo>/.venv)"),
 }
 
 
@@ -64,9 +70,15 @@ class Settings(BaseModel):
     vllm_ngram: int | None = Field(None, ge=1, le=16)
     vllm_gpu_util: float | None = Field(None, gt=0.0, le=1.0)
     openai_backoff_s: float | None = Field(None, ge=0.0)
+    engine_log: Path | None = None
+    cgroup: bool = True
+    cgroup_fs: Path = Path("/sys/fs/cgroup")
     no_vllm: str | None = None
+    no_1_5b: str | None = None
+    no_chromium: str | None = None
+    venv: Path | None = None
 
-    @field_validator("hf_kv_reuse", "vllm_eager", mode="before")
+    @field_validator("hf_kv_reuse", "vllm_eager", "cgroup", mode="before")
     @classmethod
     def _flag(cls, v: object) -> object:
         if isinstance(v, str):

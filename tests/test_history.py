@@ -21,7 +21,7 @@ from agent_harness.protocol import OBSERVATION_HEADER
 from agent_harness.sandbox import Limits
 from agent_harness.scenarios import TaskQuery, get_scenario
 from agent_harness.trace import validate_trace
-from agent_harness.types import Conversation, GenParams, Task
+from agent_harness.types import Conversation, GenParams, Task, request_seed
 from agent_harness.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -150,7 +150,8 @@ def test_repeated_failed_version_names_its_turn_and_warms_the_sampling(episode: 
     temps = [p.temperature for p in run.params]
     assert temps == [0.0] * 5 + [0.3, 0.3, 0.5, 0.5, 0.0, 0.0]
     assert [s["temperature"] for s in run.ep.steps if "raw" in s] == temps  # the trace shows each turn's
-    assert {p.seed for p in run.params} == {7}
+    # warmer sampling changes the temperature, never the seed: each turn's is request_seed(run seed, task, sample, turn)
+    assert [p.seed for p in run.params] == [request_seed(7, run.ep.task.id, 0, t) for t in range(len(run.params))]
     assert run.ep.ws.changed_files() == ["calc.py"] and run.ep.exit_reason == "submitted"
 
 

@@ -140,7 +140,7 @@ def test_feedback_is_the_last_code_and_the_failing_check(episode: ReflectEpisode
     assert prompt[1]["content"] == episode.user_prompt  # the task, then only the latest attempt
     assert "return 0.0" in prompt[2]["content"] and "return number\n" not in json.dumps(prompt)
     assert "assert" in prompt[3]["content"] and "```python" in prompt[3]["content"]
-    assert episode.gen_params().temperature == 0.7 and episode.gen_params().seed == 2007
+    assert episode.gen_params().temperature == 0.7 and episode.gen_params().seed == request_seed(7, TASK.id, 0, 2)
     assert not episode.done
 
 

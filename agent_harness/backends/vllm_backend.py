@@ -332,7 +332,7 @@ class VLLMBackend:
         t0 = time.perf_counter()
         source = model_source(spec, weights_dtype)
         self.tokenizer = load_tokenizer(transformers, spec, source)
-        engine_log = os.environ.get("AGENT_HARNESS_ENGINE_LOG", "").strip() or None
+        engine_log = str(env.engine_log) if env.engine_log else None
         if engine_log:  # vLLM logs to stdout by default; stderr is what the tee sends to the file
             os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
         tee = _StderrTee(log_path=engine_log)

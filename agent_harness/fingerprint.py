@@ -41,8 +41,12 @@ def task_digest(task: Task) -> str:
                     "files": task.files, "test_cmd": task.test_cmd, "oracle": task.oracle, "metadata": metadata})
 
 
-def run_config(spec: ModelSpec, backend: str | None, mode: str, agent: AgentConfig, seed: int) -> dict[str, Any]:
-    """The part of the configuration shared by every episode of a run (one model)."""
+def run_config(spec: ModelSpec, backend: str | None, mode: str, agent: AgentConfig, seed: int,
+               strategy: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The part of the configuration shared by every episode of a run (one model).
+
+    `strategy`: the options of a strategy that has its own (reflect's iters and temperatures).
+    """
     return {
         "harness_version": harness_version(),
         "model": spec.model_dump(mode="json", exclude={"aliases", "description"}),
@@ -50,6 +54,7 @@ def run_config(spec: ModelSpec, backend: str | None, mode: str, agent: AgentConf
         "mode": mode,
         "agent": asdict(agent),
         "seed": seed,
+        **({"strategy": strategy} if strategy else {}),
     }
 
 

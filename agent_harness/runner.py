@@ -561,7 +561,8 @@ def run(cfg: RunConfig) -> dict[str, Any]:
 
 def model_jobs(cfg: RunConfig, spec: ModelSpec, planned: list[Job]) -> list[Job]:
     """`planned` for one model: each job with its trace path and fingerprint; stale temp files removed."""
-    run_cfg = run_config(spec, cfg.backend, cfg.mode, cfg.agent, cfg.seed)
+    run_cfg = run_config(spec, cfg.backend, cfg.mode, cfg.agent, cfg.seed,
+                         asdict(cfg.reflect) if cfg.strategy == "reflect" else None)
     slugs: dict[tuple[str, str], dict[str, str]] = {}
     for j in planned:
         slugs.setdefault((j.scenario, j.task.label), {})[j.task.id] = ""

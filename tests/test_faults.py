@@ -11,7 +11,7 @@ import dataclasses
 import json
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -20,9 +20,9 @@ import pytest
 
 from agent_harness.backends.scripted import ScriptedBackend
 from agent_harness.registry import ModelSpec
-from agent_harness.runner import Job, ModelRun, RunConfig, plan_jobs
+from agent_harness.runner import Job, ModelRun, RunConfig, model_jobs, plan_jobs
 from agent_harness.summary import summarize
-from agent_harness.trace import trace_path, validate_trace
+from agent_harness.trace import validate_trace
 from agent_harness.types import Completion, Conversation, GenParams
 
 
@@ -44,9 +44,10 @@ class FaultyBackend(ScriptedBackend):
         task = self._task_of(conv)
         return self.faults.get(task.id) if task is not None else None
 
-    def generate(self, conversations: list[Conversation], params: GenParams) -> list[Completion]:
+    def generate(self, conversations: list[Conversation], params: GenParams,
+                 seeds: Sequence[int | None] | None = None) -> list[Completion]:
         out = []
-        for conv, c in zip(conversations, super().generate(conversations, params), strict=True):
+        for conv, c in zip(conversations, super().generate(conversations, params, seeds), strict=True):
             fault = self._fault(conv)
             if fault == "advance":
                 c = _Unrecordable(**dataclasses.asdict(c))
@@ -68,12 +69,9 @@ class BrokenEmbedder:
         raise RuntimeError("embedder out of memory")
 
 
-def _jobs(out: Path, n: int) -> list[Job]:
-    cfg = RunConfig(models=[], n=n)
+def _jobs(cfg: RunConfig, spec: ModelSpec) -> list[Job]:
     [(_, _, jobs)] = list(plan_jobs(cfg))
-    for j in jobs:
-        j.path = trace_path(out, "faulty", j.scenario, j.task.label, j.index, j.sample)
-    return jobs
+    return model_jobs(cfg, spec, jobs)  # trace paths and fingerprints, as run() gives them
 
 
 @pytest.fixture
@@ -92,16 +90,16 @@ def ws_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 @pytest.mark.parametrize("streaming", [True, False])
 def test_episode_faults_end_only_their_episode(streaming: bool, tmp_path: Path, ws_dir: Path) -> None:
     out = tmp_path / "traces"
-    jobs = _jobs(out, 5)
+    spec = ModelSpec(name="faulty", backend="scripted", script="oracle")
+    cfg = RunConfig(models=[spec], out=out, n=5, concurrency=3, embed=False)
+    jobs = _jobs(cfg, spec)
     jobs[0].task = dataclasses.replace(jobs[0].task, files={"../outside.py": ""})  # cannot be placed
     faults = {jobs[1].task.id: "advance", jobs[2].task.id: "trace"}
     if streaming:
         faults[jobs[3].task.id] = "submit"
     backend = FaultyBackend(faults)
     backend.bind_tasks([j.task for j in jobs])
-    spec = ModelSpec(name="faulty", backend="scripted", script="oracle")
     done: list[dict[str, Any]] = []
-    cfg = RunConfig(models=[spec], out=out, concurrency=3, embed=False)
     with ThreadPoolExecutor(max_workers=2) as pool:
         mr = ModelRun(cfg, spec, backend, BrokenEmbedder(), pool, done.append)
         (mr.run_streaming if streaming else mr.run)(jobs)

@@ -13,7 +13,8 @@ from .errors import ConfigError, HarnessError
 
 
 def _add_registry(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--registry", type=Path, default=None, help="models YAML (default: models.yaml in the repo)")
+    p.add_argument("--registry", type=Path, default=None,
+                   help="models YAML (default: ./models.yaml if present, else the built-in registry)")
 
 
 def run_parser(prog: str = "agent-harness run") -> argparse.ArgumentParser:

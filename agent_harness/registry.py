@@ -16,7 +16,24 @@ from .errors import ConfigError
 from .types import GenParams
 
 BackendName = Literal["transformers", "vllm", "openai", "scripted"]
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+USER_REGISTRY = "models.yaml"  # in the current directory, it overrides the built-in registry
+
+
+def _data_root() -> tuple[Path, bool]:
+    """Where `models.yaml`, `scenarios/` and `analysis/` live, and whether this is an installed package.
+
+    A wheel carries them as package data under `agent_harness/_data` (see setup.py); a checkout has
+    them at the repository root.
+    """
+    from importlib.resources import files
+
+    shipped = files("agent_harness") / "_data"
+    if isinstance(shipped, Path) and (shipped / "models.yaml").is_file():
+        return shipped.resolve(), True
+    return Path(__file__).resolve().parent.parent, False
+
+
+PROJECT_ROOT, INSTALLED = _data_root()
 DEFAULT_REGISTRY = PROJECT_ROOT / "models.yaml"
 
 
@@ -143,9 +160,15 @@ def _loc(err: dict[str, Any], data: Any) -> str:
     return "".join(parts)
 
 
+def default_registry_path() -> Path:
+    """`./models.yaml` of the current directory when there is one, else the built-in registry."""
+    local = Path.cwd() / USER_REGISTRY
+    return local if local.is_file() else DEFAULT_REGISTRY
+
+
 def load_registry(path: str | os.PathLike[str] | None = None) -> Registry:
-    """Load and validate a registry file; raise ConfigError with one line on any problem."""
-    p = Path(path) if path else DEFAULT_REGISTRY
+    """Load and validate a registry file (default: `default_registry_path()`); one-line ConfigError on any problem."""
+    p = Path(path) if path else default_registry_path()
     if not p.is_file():
         raise ConfigError(f"{p}: registry file not found")
     try:

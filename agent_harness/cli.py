@@ -133,7 +133,8 @@ def cmd_models(args: argparse.Namespace) -> int:
     for m in reg.models:
         name = m.name + (" (default)" if m.name == reg.default else "")
         resolved, why = resolve_backend_name(m)
-        source = "offline (PyPI)" if m.offline else (m.hf_id or m.script or (m.openai.base_url if m.openai else ""))
+        source = "offline (PyPI)" if m.offline else (m.hf_id or m.script or (
+            ", ".join(m.openai.urls()) if m.openai else ""))
         table.add_row(name, ",".join(m.aliases), m.backend, resolved + (f" ({why})" if why else ""), source,
                       m.description)
     Console(width=200).print(table)

@@ -6,8 +6,9 @@ and a visible test file `test_<entry_point>.py` that imports the function and ru
 are the specification). Scoring copies only the final module into a fresh directory and runs
 the full hidden test against it in the sandbox, so edits to the visible tests change nothing.
 
-Data: `scenarios/humanevalfix/python.jsonl` (164 rows, sha256-pinned; see its README), a
-user-given `dataset_path` (.jsonl or .parquet), or the Hugging Face Hub with ``options["hub"]``.
+Data: `scenarios/humanevalfix/python.jsonl` (164 rows, sha256-pinned; see its README; package data
+in an installed wheel), a user-given `dataset_path` (.jsonl, .parquet, or a dataset folder: parquet or
+jsonl shards, or `save_to_disk` output), or the Hugging Face Hub with ``options["hub"]``.
 ``options["timeout_s"]`` sets the hidden test's time limit (default 10 s, as bigcode's harness).
 """
 

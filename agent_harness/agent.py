@@ -131,6 +131,8 @@ class Episode:
         self.cached_tokens += c.cached_tokens
         meta = {"raw": c.text, "finish_reason": c.finish_reason, "latency_s": c.latency_s,
                 "tokens": c.token_counts(), "temperature": self.gen_params().temperature, **self._new_elisions()}
+        if c.endpoint is not None:
+            meta["endpoint"] = c.endpoint
         self.messages.append({"role": "assistant", "content": c.text})
         self._replies.append(c.text)
         try:

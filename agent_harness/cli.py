@@ -1,4 +1,4 @@
-"""Command line: `agent-harness run|models|scenarios|analyze`, and `run_agents.py` (= `run`)."""
+"""Command line: `agent-harness run|models|scenarios|analyze|export`, and `run_agents.py` (= `run`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from .errors import ConfigError, HarnessError
 
 
 def _add_registry(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--registry", type=Path, default=None, help="models YAML (default: models.yaml in the repo)")
+    p.add_argument("--registry", type=Path, default=None,
+                   help="models YAML (default: ./models.yaml if present, else the built-in registry)")
 
 
 def run_parser(prog: str = "agent-harness run") -> argparse.ArgumentParser:
@@ -41,7 +42,8 @@ def run_parser(prog: str = "agent-harness run") -> argparse.ArgumentParser:
     p.add_argument("--iters", type=int, default=None, help="reflect: model turns per episode (default 4)")
     p.add_argument("--mode", choices=["agent", "single-shot"], default=None,
                    help="older spelling: --mode agent = --agent react, --mode single-shot = --agent single-shot")
-    p.add_argument("--dataset-path", type=Path, default=None, help="HumanEvalFix rows (jsonl or parquet)")
+    p.add_argument("--dataset-path", type=Path, default=None,
+                   help="HumanEvalFix rows: .jsonl, .parquet, or a dataset folder (parquet shards, save_to_disk)")
     p.add_argument("--dataset-hub", action="store_true",
                    help="HumanEvalFix from the Hub: datasets.load_dataset('bigcode/humanevalpack', 'python')")
     p.add_argument("--no-embed", action="store_true", help="skip step embeddings")
@@ -111,8 +113,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     for name in ("n", "samples", "concurrency", "max_steps", "workers"):
         _positive(name.replace("_", "-"), getattr(args, name))
     _positive("max-total-tokens", args.max_total_tokens, allow_zero=True)
-    if args.dataset_path is not None and not args.dataset_path.is_file():
-        raise ConfigError(f"--dataset-path {args.dataset_path}: file not found")
+    if args.dataset_path is not None and not args.dataset_path.exists():
+        raise ConfigError(f"--dataset-path {args.dataset_path}: file not found (nor a dataset folder)")
     if args.dataset_path is not None and args.dataset_hub:
         raise ConfigError("--dataset-path and --dataset-hub exclude each other")
     scenarios = scenario_names() if args.all_scenarios else [s.strip() for s in args.scenario.split(",") if s.strip()]
@@ -164,7 +166,7 @@ def cmd_models(args: argparse.Namespace) -> int:
         name = m.name + (" (default)" if m.name == reg.default else "")
         resolved, why = resolve_backend_name(m)
         source = (f"offline (PyPI): {offline_state(m)}" if m.offline
-                  else m.hf_id or m.script or (m.openai.base_url if m.openai else ""))
+                  else m.hf_id or m.script or (", ".join(m.openai.urls()) if m.openai else ""))
         table.add_row(name, ",".join(m.aliases), m.backend, resolved + (f" ({why})" if why else ""), source,
                       m.description)
     Console(width=200).print(table)
@@ -195,6 +197,27 @@ def cmd_analyze(args: argparse.Namespace, rest: list[str]) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from .export import export, push_to_hub
+
+    if args.rows_per_shard < 1:
+        raise ConfigError(f"--rows-per-shard must be > 0, got {args.rows_per_shard}")
+    episodes, shards = export(args.traces, args.to, rows_per_shard=args.rows_per_shard)
+    print(f"exported {episodes} episodes to {args.to}/ ({shards} parquet shard(s) + README.md)")
+    if args.push_to_hub:
+        push_to_hub(args.to, args.push_to_hub)
+        print(f"pushed to https://huggingface.co/datasets/{args.push_to_hub}")
+    return 0
+
+
+def _add_export(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    ex = sub.add_parser("export", help="write traces as a Hugging Face dataset (parquet shards + card)")
+    ex.add_argument("traces", type=Path, help="traces folder (as written by run --out)")
+    ex.add_argument("--to", type=Path, required=True, help="new (or empty) folder for the dataset")
+    ex.add_argument("--push-to-hub", metavar="REPO", default=None, help="then push it to this Hub dataset repo")
+    ex.add_argument("--rows-per-shard", type=int, default=500, help="episodes per parquet file")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     top = argparse.ArgumentParser(prog="agent-harness", description=__doc__)
@@ -204,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("scenarios", help="list scenarios with task counts")
     an = sub.add_parser("analyze", help="run an analysis script: agent-harness analyze NAME TRACES_DIR ...")
     an.add_argument("script")
+    _add_export(sub)
     if argv and argv[0] == "run":
         return _guard(lambda: cmd_run(_parse_run(run_parser(), argv[1:])))
     args, rest = top.parse_known_args(argv)
@@ -211,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         return _guard(lambda: cmd_analyze(args, rest))
     if rest:
         top.error(f"unrecognized arguments: {' '.join(rest)}")
-    return _guard(lambda: {"models": cmd_models, "scenarios": cmd_scenarios}[args.command](args))
+    return _guard(lambda: {"models": cmd_models, "scenarios": cmd_scenarios, "export": cmd_export}[args.command](args))
 
 
 def _parse_run(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:

@@ -16,7 +16,24 @@ from .errors import ConfigError
 from .types import GenParams
 
 BackendName = Literal["transformers", "vllm", "openai", "scripted"]
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+USER_REGISTRY = "models.yaml"  # in the current directory, it overrides the built-in registry
+
+
+def _data_root() -> tuple[Path, bool]:
+    """Where `models.yaml`, `scenarios/` and `analysis/` live, and whether this is an installed package.
+
+    A wheel carries them as package data under `agent_harness/_data` (see setup.py); a checkout has
+    them at the repository root.
+    """
+    from importlib.resources import files
+
+    shipped = files("agent_harness") / "_data"
+    if isinstance(shipped, Path) and (shipped / "models.yaml").is_file():
+        return shipped.resolve(), True
+    return Path(__file__).resolve().parent.parent, False
+
+
+PROJECT_ROOT, INSTALLED = _data_root()
 DEFAULT_REGISTRY = PROJECT_ROOT / "models.yaml"
 
 
@@ -42,14 +59,40 @@ class OfflineWeights(_Strict):
 
 
 class OpenAIEndpoint(_Strict):
-    """An OpenAI-compatible server (vllm serve, TGI, llama.cpp server, ...)."""
+    """OpenAI-compatible servers (vllm serve, TGI, llama.cpp server, ...) serving the same model.
 
-    base_url: str = Field(description="e.g. http://127.0.0.1:8000/v1")
+    `base_url` may list several servers (one per node): each request goes to the live one with the
+    fewest requests in flight; `api_key_env` is then one variable for all or a list of the same length.
+    """
+
+    base_url: str | list[str] = Field(description="e.g. http://127.0.0.1:8000/v1, or a list of them")
     model: str = Field(description="Model name the server expects.")
-    api_key_env: str | None = Field(None, description="Env var holding the API key (never the key).")
+    api_key_env: str | list[str | None] | None = Field(
+        None, description="Env var holding the API key (never the key); a list: one per base_url.")
     timeout_s: float = Field(120.0, gt=0)
-    max_retries: int = Field(5, ge=0)
-    concurrency: int = Field(16, ge=1, description="Parallel requests for one batch.")
+    max_retries: int = Field(5, ge=0, description="Retries of one request on one endpoint.")
+    concurrency: int = Field(16, ge=1, description="Parallel requests per endpoint.")
+
+    @model_validator(mode="after")
+    def _lists(self) -> OpenAIEndpoint:
+        urls = self.urls()
+        if not urls or not all(u.strip() for u in urls):
+            raise ValueError("base_url: needs at least one non-empty URL")
+        if len(set(urls)) != len(urls):
+            raise ValueError("base_url: the same URL is listed twice")
+        if isinstance(self.api_key_env, list) and len(self.api_key_env) != len(urls):
+            raise ValueError(f"api_key_env: {len(self.api_key_env)} entries for {len(urls)} base_url(s)")
+        return self
+
+    def urls(self) -> list[str]:
+        """The base URLs, as a list."""
+        return list(self.base_url) if isinstance(self.base_url, list) else [self.base_url]
+
+    def key_envs(self) -> list[str | None]:
+        """The API key variable of each base URL (None: no key)."""
+        if isinstance(self.api_key_env, list):
+            return list(self.api_key_env)
+        return [self.api_key_env] * len(self.urls())
 
 
 class ModelSpec(_Strict):
@@ -143,9 +186,15 @@ def _loc(err: dict[str, Any], data: Any) -> str:
     return "".join(parts)
 
 
+def default_registry_path() -> Path:
+    """`./models.yaml` of the current directory when there is one, else the built-in registry."""
+    local = Path.cwd() / USER_REGISTRY
+    return local if local.is_file() else DEFAULT_REGISTRY
+
+
 def load_registry(path: str | os.PathLike[str] | None = None) -> Registry:
-    """Load and validate a registry file; raise ConfigError with one line on any problem."""
-    p = Path(path) if path else DEFAULT_REGISTRY
+    """Load and validate a registry file (default: `default_registry_path()`); one-line ConfigError on any problem."""
+    p = Path(path) if path else default_registry_path()
     if not p.is_file():
         raise ConfigError(f"{p}: registry file not found")
     try:

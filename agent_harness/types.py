@@ -73,6 +73,7 @@ class Completion:
     finish_reason: FinishReason
     latency_s: float
     cached_tokens: int = 0  # prompt tokens served from a cache (vLLM prefix cache, transformers KV reuse)
+    endpoint: str | None = None  # the server that answered (openai backend with several base URLs)
 
     def token_counts(self) -> dict[str, int]:
         """The trace step's ``tokens`` record."""

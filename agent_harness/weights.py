@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import BackendUnavailable, ConfigError, HarnessError, MissingExtraError
-from .registry import PROJECT_ROOT
+from .registry import INSTALLED, PROJECT_ROOT
 
 if TYPE_CHECKING:
     from .registry import ModelSpec, OfflineWeights
@@ -44,10 +44,17 @@ _BUF = 8 << 20
 
 
 def cache_root() -> Path:
-    """``$AGENT_HARNESS_CACHE`` or ``<repo>/.cache``."""
+    """``$AGENT_HARNESS_CACHE``, else ``<repo>/.cache`` in a checkout or the user cache dir
+    (``$XDG_CACHE_HOME/agent-harness``, default ``~/.cache/agent-harness``) for an installed package."""
     from .settings import get_settings
 
-    return get_settings().cache or PROJECT_ROOT / ".cache"
+    env = get_settings().cache
+    if env:
+        return env
+    if not INSTALLED:
+        return PROJECT_ROOT / ".cache"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "agent-harness"
 
 
 def _natural_key(p: Path) -> list[object]:

@@ -13,6 +13,12 @@ Retries: 429, 5xx, timeouts and connection errors are retried up to `max_retries
 exponential backoff and jitter (``AGENT_HARNESS_OPENAI_BACKOFF_S`` is the base delay, default 1 s),
 honouring a `Retry-After` header. Other 4xx fail at once with the server's message. When retries
 run out, BackendUnavailable names the URL and the last status: a dead server stops the run.
+
+Several endpoints (`base_url` a list): each attempt goes to the live endpoint with the fewest
+requests in flight (`endpoint_pool`); a failing one is taken out with backoff and probed again,
+and the request moves on to another, so a dead node costs its in-flight requests one retry each.
+A request gets `(max_retries + 1) x endpoints` attempts in all. The trace header lists the
+endpoints (`details.endpoints`) and each reply names the one that answered (`Completion.endpoint`).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import BackendUnavailable, ConfigError, MissingExtraError
 from ..settings import get_settings
 from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams, row_seeds
+from .endpoint_pool import Endpoint, EndpointPool, Outcome
 
 if TYPE_CHECKING:
     import httpx
@@ -98,28 +105,31 @@ class OpenAIBackend:
             raise ConfigError(f"model '{spec.name}': backend 'openai' needs an 'openai' block")
         self.spec = spec
         self.endpoint: OpenAIEndpoint = spec.openai
-        self.url = self.endpoint.base_url.rstrip("/") + "/chat/completions"
-        headers = {"Content-Type": "application/json"}
-        if self.endpoint.api_key_env:
-            key = os.environ.get(self.endpoint.api_key_env)
-            if not key:
-                raise BackendUnavailable(
-                    f"model '{spec.name}': the API key variable {self.endpoint.api_key_env} is not set"
-                )
-            headers["Authorization"] = f"Bearer {key}"
+        endpoints = []
+        for base_url, key_env in zip(self.endpoint.urls(), self.endpoint.key_envs(), strict=True):
+            headers = {"Content-Type": "application/json"}
+            if key_env:
+                key = os.environ.get(key_env)
+                if not key:
+                    raise BackendUnavailable(f"model '{spec.name}': the API key variable {key_env} is not set")
+                headers["Authorization"] = f"Bearer {key}"
+            endpoints.append(Endpoint(base_url, base_url.rstrip("/") + "/chat/completions", headers))
+        self.url = endpoints[0].url
         self.backoff_s = _backoff_base()
+        self.pool = EndpointPool(endpoints, self.backoff_s, MAX_BACKOFF_S, max_fails=self.endpoint.max_retries)
         self._rng = random.Random()
         self._rng_lock = threading.Lock()
+        n = len(endpoints) * self.endpoint.concurrency
         self.client: httpx.Client | None = httpx.Client(
-            headers=headers, timeout=self.endpoint.timeout_s,
-            limits=httpx.Limits(max_connections=self.endpoint.concurrency,
-                                max_keepalive_connections=self.endpoint.concurrency),
+            timeout=self.endpoint.timeout_s,
+            limits=httpx.Limits(max_connections=n, max_keepalive_connections=n),
         )
         self.info = BackendInfo(
             requested="openai", used="openai", device="remote",
-            details={"base_url": self.endpoint.base_url, "model": self.endpoint.model,
-                     "concurrency": self.endpoint.concurrency, "max_retries": self.endpoint.max_retries,
-                     "timeout_s": self.endpoint.timeout_s, "httpx": httpx.__version__},
+            details={"base_url": self.endpoint.base_url, "endpoints": [e.base_url for e in endpoints],
+                     "model": self.endpoint.model, "concurrency": self.endpoint.concurrency,
+                     "max_retries": self.endpoint.max_retries, "timeout_s": self.endpoint.timeout_s,
+                     "httpx": httpx.__version__},
         )
 
     # -- one request -----------------------------------------------------------------------------
@@ -142,48 +152,66 @@ class OpenAIBackend:
             delay = max(delay, min(retry_after, MAX_BACKOFF_S * 5))
         return delay
 
-    def _post(self, body: dict[str, Any]) -> dict[str, Any]:
-        """POST with retries; the parsed JSON reply, or BackendUnavailable / a 4xx error."""
+    def _post(self, body: dict[str, Any]) -> tuple[dict[str, Any], Endpoint]:
+        """POST with retries and failover; (the parsed JSON reply, the endpoint that gave it), or
+        BackendUnavailable / a 4xx error."""
         import httpx
 
         client = self.client
         if client is None:
             raise BackendUnavailable(f"openai backend for '{self.spec.name}' is closed")
         retries = self.endpoint.max_retries
-        last = "no attempt"
-        for attempt in range(retries + 1):
-            retry_after: float | None = None
+        attempts = (retries + 1) * len(self.pool)
+        last, last_url = "no attempt", self.url
+        prev: Endpoint | None = None
+        streak = 0  # attempts in a row on the same endpoint (its retry backoff)
+        retry_after: float | None = None
+        for attempt in range(attempts):
+            ep, wait = self.pool.acquire()
+            outcome: Outcome = "hard"
             try:
-                resp = client.post(self.url, json=body)
-            except httpx.TimeoutException as e:
-                last = f"timeout after {self.endpoint.timeout_s:g} s ({type(e).__name__})"
-            except httpx.TransportError as e:
-                last = f"connection error ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
-            else:
+                streak = streak + 1 if ep is prev else 0
+                if streak:
+                    wait = max(wait, self._delay(streak - 1, retry_after))
+                if attempt:
+                    log.warning("%s: %s; retry %d/%d on %s in %.2f s", last_url, last, attempt, attempts - 1,
+                                ep.base_url, wait)
+                if wait > 0:
+                    time.sleep(wait)
+                prev, last_url, retry_after = ep, ep.url, None
+                try:
+                    resp = client.post(ep.url, json=body, headers=ep.headers)
+                except httpx.TimeoutException as e:
+                    outcome, last = "soft", f"timeout after {self.endpoint.timeout_s:g} s ({type(e).__name__})"
+                    continue
+                except httpx.TransportError as e:
+                    last = f"connection error ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+                    continue
                 if resp.status_code == 200:
                     try:
                         data = resp.json()
                     except (json.JSONDecodeError, ValueError):
                         raise BackendUnavailable(
-                            f"{self.url}: HTTP 200 with a body that is not JSON: {resp.text[:200]!r}"
+                            f"{ep.url}: HTTP 200 with a body that is not JSON: {resp.text[:200]!r}"
                         ) from None
                     if not isinstance(data, dict) or not data.get("choices"):
-                        raise BackendUnavailable(f"{self.url}: reply has no 'choices': {str(data)[:200]}")
-                    return data
+                        raise BackendUnavailable(f"{ep.url}: reply has no 'choices': {str(data)[:200]}")
+                    outcome = "ok"
+                    return data, ep
                 msg = _server_message(resp)
                 if resp.status_code not in RETRY_STATUSES:
-                    raise BackendUnavailable(f"{self.url}: HTTP {resp.status_code}: {msg}")
-                last = f"HTTP {resp.status_code}: {msg}"
+                    outcome = "ok"  # the server is alive and answered: the request is at fault
+                    raise BackendUnavailable(f"{ep.url}: HTTP {resp.status_code}: {msg}")
+                outcome, last = "soft", f"HTTP {resp.status_code}: {msg}"
                 retry_after = _retry_after(resp)
-            if attempt < retries:
-                delay = self._delay(attempt, retry_after)
-                log.warning("%s: %s; retry %d/%d in %.2f s", self.url, last, attempt + 1, retries, delay)
-                time.sleep(delay)
-        raise BackendUnavailable(f"{self.url}: gave up after {retries + 1} attempt(s); last: {last}")
+            finally:
+                self.pool.release(ep, outcome, retry_after)
+        where = f" on {len(self.pool)} endpoints" if len(self.pool) > 1 else ""
+        raise BackendUnavailable(f"{last_url}: gave up after {attempts} attempt(s){where}; last: {last}")
 
     def _one(self, conv: Conversation, params: GenParams, stops: tuple[str, ...]) -> Completion:
         t0 = time.perf_counter()
-        data = self._post(self._payload(conv, params, stops))
+        data, ep = self._post(self._payload(conv, params, stops))
         latency = time.perf_counter() - t0
         choice = data["choices"][0]
         message = choice.get("message") or {}
@@ -199,6 +227,7 @@ class OpenAIBackend:
             text=text, prompt_tokens=int(usage.get("prompt_tokens") or 0),
             completion_tokens=int(usage.get("completion_tokens") or 0),
             finish_reason=finish, latency_s=latency, cached_tokens=int(details.get("cached_tokens") or 0),
+            endpoint=ep.base_url,
         )
 
     # -- the batch -------------------------------------------------------------------------------
@@ -215,7 +244,7 @@ class OpenAIBackend:
         stops = tuple(s for s in params.stop if s)
         n = len(conversations)
         rows = [params] * n if seeds is None else [replace(params, seed=s) for s in row_seeds(params, n, seeds)]
-        workers = min(self.endpoint.concurrency, len(conversations))
+        workers = min(self.endpoint.concurrency * len(self.pool), len(conversations))
         if workers == 1:
             return [self._one(c, p, stops) for c, p in zip(conversations, rows, strict=True)]
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="openai") as pool:

@@ -11,8 +11,9 @@ The ``docs`` label is bigcode's HumanEvalFixDocs setting: the module starts from
 the buggy function with its docstring and no tests. The visible test file and the hidden test
 are the same as under ``gold``, so for the agent strategies the docstring is the only difference.
 
-Data: `scenarios/humanevalfix/python.jsonl` (164 rows, sha256-pinned; see its README), a
-user-given `dataset_path` (.jsonl or .parquet), or the Hugging Face Hub with ``options["hub"]``.
+Data: `scenarios/humanevalfix/python.jsonl` (164 rows, sha256-pinned; see its README; package data
+in an installed wheel), a user-given `dataset_path` (.jsonl, .parquet, or a dataset folder: parquet or
+jsonl shards, or `save_to_disk` output), or the Hugging Face Hub with ``options["hub"]``.
 ``options["timeout_s"]`` sets the hidden test's time limit (default 10 s, as bigcode's harness).
 """
 
@@ -121,6 +122,36 @@ def _read_hub() -> list[dict[str, Any]]:
     return _check_rows([dict(r) for r in ds], source)
 
 
+def _read_saved_dataset(path: Path) -> list[dict[str, Any]]:
+    """A folder written by `datasets`' save_to_disk (a Dataset, or a DatasetDict: its 'test' or only split)."""
+    try:
+        import datasets
+    except ImportError:
+        raise ConfigError(f"{path}: reading a save_to_disk folder needs 'datasets' (pip install datasets)") from None
+    try:
+        ds = datasets.load_from_disk(str(path))
+    except Exception as e:  # datasets raises several types for a damaged folder
+        raise ConfigError(f"{path}: cannot load the saved dataset ({type(e).__name__}: "
+                          f"{str(e).splitlines()[0] if str(e) else ''})") from None
+    if isinstance(ds, datasets.DatasetDict):
+        splits = list(ds)
+        if "test" not in ds and len(splits) != 1:
+            raise ConfigError(f"{path}: splits {', '.join(splits)}; expected 'test' or a single split")
+        ds = ds["test" if "test" in ds else splits[0]]
+    return _check_rows([dict(r) for r in ds], str(path))
+
+
+def _read_dataset_dir(path: Path) -> list[dict[str, Any]]:
+    """A dataset folder: save_to_disk's layout, or parquet / jsonl shards (e.g. `data/test-*.parquet`)."""
+    if (path / "dataset_info.json").is_file() or (path / "dataset_dict.json").is_file():
+        return _read_saved_dataset(path)
+    for suffix, read in ((".parquet", _read_parquet), (".jsonl", _read_jsonl)):
+        shards = sorted(p for p in path.rglob(f"*{suffix}") if p.is_file() and not p.name.startswith("."))
+        if shards:
+            return _check_rows([r for shard in shards for r in read(shard)], str(path))
+    raise ConfigError(f"{path}: no .parquet or .jsonl files and not a save_to_disk folder")
+
+
 @lru_cache(maxsize=4)
 def _vendored_rows(path: Path, sha256: str) -> tuple[dict[str, Any], ...]:
     if not path.is_file():
@@ -132,12 +163,14 @@ def _vendored_rows(path: Path, sha256: str) -> tuple[dict[str, Any], ...]:
 
 
 def load_rows(dataset_path: Path | None = None, *, hub: bool = False) -> list[dict[str, Any]]:
-    """Dataset rows: the Hub, a .jsonl/.parquet file, or the vendored, sha256-checked file."""
+    """Dataset rows: the Hub, a .jsonl/.parquet file or dataset folder, or the vendored, sha256-checked file."""
     if hub:
         return _read_hub()
     if dataset_path is None:
         return [dict(r) for r in _vendored_rows(DATA_FILE, DATA_SHA256)]
     path = Path(dataset_path)
+    if path.is_dir():
+        return _read_dataset_dir(path)
     if not path.is_file():
         raise ConfigError(f"{path}: dataset file not found")
     if path.suffix == ".parquet":

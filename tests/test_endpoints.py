@@ -1,0 +1,243 @@
+"""Several endpoints behind one `openai` model, against real HTTP servers on 127.0.0.1.
+
+The servers answer like the scripted oracle (its replies for the conversation they receive), so a
+run through them is a real run: CLI -> agent -> openai backend -> HTTP -> sandbox -> trace -> pass@1.
+One of them dies mid-run (it drops the request it is serving and closes its port).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_harness.backends import load_backend
+from agent_harness.backends.openai_backend import OpenAIBackend
+from agent_harness.backends.scripted import ScriptedBackend
+from agent_harness.errors import BackendUnavailable, ConfigError
+from agent_harness.registry import ModelSpec, load_registry
+from agent_harness.scenarios import TaskQuery, get_scenario
+from agent_harness.types import GenParams
+
+ROOT = Path(__file__).resolve().parent.parent
+Answer = Callable[[dict[str, Any]], str]
+
+
+class Server:
+    """A chat-completions server; `answer` gives the reply text, `die_at` the request it dies on."""
+
+    def __init__(self, answer: Answer, die_at: int | None = None) -> None:
+        self.answer, self.die_at = answer, die_at
+        self.bodies: list[dict[str, Any]] = []
+        self.auth: list[str | None] = []
+        self.lock = threading.Lock()
+        self.hold: threading.Event | None = None  # when set, requests wait for it
+        self.dead = False
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                with server.lock:
+                    n = len(server.bodies)
+                    server.bodies.append(body)
+                    server.auth.append(self.headers.get("Authorization"))
+                if n == server.die_at:
+                    server.kill()
+                    self.connection.shutdown(socket.SHUT_RDWR)  # the reply never comes
+                    self.close_connection = True
+                    return
+                if server.hold is not None:
+                    server.hold.wait(10)
+                text = server.answer(body)
+                data = json.dumps({
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                                 "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 100, "completion_tokens": len(text.split()),
+                              "prompt_tokens_details": {"cached_tokens": 40}},
+                }).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def kill(self) -> None:
+        """Close the listening port now (new connections are refused); the serve loop ends soon after."""
+        if not self.dead:
+            self.dead = True
+            self.httpd.socket.close()
+            threading.Thread(target=self.httpd.shutdown, daemon=True).start()
+
+    def close(self) -> None:
+        self.kill()
+
+
+def echo(body: dict[str, Any]) -> str:
+    return "echo: " + body["messages"][-1]["content"]
+
+
+@pytest.fixture
+def servers() -> Iterator[list[Server]]:
+    made: list[Server] = []
+    yield made
+    for s in made:
+        s.close()
+
+
+@pytest.fixture(autouse=True)
+def tiny_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENT_HARNESS_OPENAI_BACKOFF_S", "0.01")
+
+
+def registry_file(tmp_path: Path, urls: list[str], **openai: Any) -> Path:
+    block = {"base_url": urls, "model": "m", "timeout_s": 10, "max_retries": 2, "concurrency": 2, **openai}
+    lines = [f"      {k}: {json.dumps(v)}" for k, v in block.items()]
+    path = tmp_path / "models.yaml"
+    path.write_text("models:\n  - name: remote\n    backend: openai\n    openai:\n" + "\n".join(lines) + "\n")
+    return path
+
+
+def spec(tmp_path: Path, urls: list[str], **openai: Any) -> ModelSpec:
+    return load_registry(registry_file(tmp_path, urls, **openai)).get("remote")
+
+
+def conv(text: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]
+
+
+def test_requests_spread_and_name_their_endpoint(tmp_path: Path, servers: list[Server],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KEY_A", "ka")
+    monkeypatch.setenv("KEY_B", "kb")
+    servers += [Server(echo), Server(echo)]
+    a, b = servers
+    backend = load_backend(spec(tmp_path, [a.base_url, b.base_url], api_key_env=["KEY_A", "KEY_B"]))
+    assert isinstance(backend, OpenAIBackend)
+    assert backend.info.details["endpoints"] == [a.base_url, b.base_url]
+    out = backend.generate([conv(f"q{i}") for i in range(8)], GenParams(max_tokens=5))
+    backend.close()
+    assert [c.text for c in out] == [f"echo: q{i}" for i in range(8)]
+    assert all(c.cached_tokens == 40 for c in out)
+    assert len(a.bodies) + len(b.bodies) == 8 and a.bodies and b.bodies
+    assert {c.endpoint for c in out} == {a.base_url, b.base_url}
+    for c in out:  # each reply names the server that received its request
+        got = a if c.endpoint == a.base_url else b
+        assert any(body["messages"][-1]["content"] == c.text.removeprefix("echo: ") for body in got.bodies)
+    assert set(a.auth) == {"Bearer ka"} and set(b.auth) == {"Bearer kb"}
+
+
+def test_busy_endpoint_gets_no_more_requests(tmp_path: Path, servers: list[Server]) -> None:
+    """A holds its first request until B has answered four: the fewest-in-flight rule sends B everything else."""
+    servers += [Server(echo), Server(echo)]
+    a, b = servers
+    a.hold = threading.Event()
+    answered = b.answer
+
+    def count_then_release(body: dict[str, Any]) -> str:
+        text = answered(body)
+        if len(b.bodies) >= 4:
+            a.hold.set()  # type: ignore[union-attr]
+        return text
+
+    b.answer = count_then_release
+    backend = load_backend(spec(tmp_path, [a.base_url, b.base_url], concurrency=1))
+    out = backend.generate([conv(f"q{i}") for i in range(5)], GenParams(max_tokens=5))
+    backend.close()
+    assert (len(a.bodies), len(b.bodies)) == (1, 4)
+    assert [c.endpoint for c in out].count(a.base_url) == 1
+
+
+def test_dead_endpoint_moves_its_requests(tmp_path: Path, servers: list[Server]) -> None:
+    servers += [Server(echo, die_at=1), Server(echo)]
+    a, b = servers
+    backend = load_backend(spec(tmp_path, [a.base_url, b.base_url]))
+    assert isinstance(backend, OpenAIBackend)
+    for k in range(4):
+        out = backend.generate([conv(f"r{k}q{i}") for i in range(6)], GenParams(max_tokens=5))
+        assert [c.text for c in out] == [f"echo: r{k}q{i}" for i in range(6)]
+    stats = {s["base_url"]: s for s in backend.pool.snapshot()}
+    backend.close()
+    # A answered every request it got but the one it died on (others may have been in flight beside
+    # it); every later try met a closed port, and B took over the rest: 24 answers, none lost
+    assert a.dead and len(a.bodies) >= 2
+    assert stats[a.base_url]["hard"] >= 1 and stats[a.base_url]["ok"] == len(a.bodies) - 1
+    assert stats[b.base_url]["ok"] == len(b.bodies) == 24 - stats[a.base_url]["ok"]
+    assert stats[b.base_url]["hard"] == 0
+
+
+def test_all_endpoints_dead_is_one_line(tmp_path: Path, servers: list[Server]) -> None:
+    servers += [Server(echo), Server(echo)]
+    urls = [s.base_url for s in servers]
+    for s in servers:
+        s.kill()
+    backend = load_backend(spec(tmp_path, urls, max_retries=1))
+    with pytest.raises(BackendUnavailable) as err:
+        backend.generate([conv("hi")], GenParams(max_tokens=5))
+    msg = str(err.value)
+    assert "\n" not in msg and "gave up after 4 attempt(s) on 2 endpoints" in msg and "connection error" in msg
+
+
+@pytest.mark.parametrize(("urls", "extra", "why"), [
+    (["http://h:1/v1", "http://h:1/v1"], {}, "the same URL is listed twice"),
+    (["http://h:1/v1", "http://h:2/v1"], {"api_key_env": ["K"]}, "1 entries for 2 base_url"),
+    ([], {}, "at least one"),
+])
+def test_bad_endpoint_lists(tmp_path: Path, urls: list[str], extra: dict[str, Any], why: str) -> None:
+    with pytest.raises(ConfigError, match=why):
+        spec(tmp_path, urls, **extra)
+
+
+def test_run_survives_a_node_dying(tmp_path: Path, servers: list[Server]) -> None:
+    """The real run path through two servers; A dies on its 3rd request, every episode still passes."""
+    tasks = get_scenario("humanevalfix").load_tasks(TaskQuery(n=4))
+    oracle = ScriptedBackend("oracle")
+    oracle.bind_tasks(tasks)
+    lock = threading.Lock()
+
+    def answer(body: dict[str, Any]) -> str:
+        with lock:
+            [c] = oracle.generate([body["messages"]], GenParams(max_tokens=body["max_tokens"],
+                                                                 stop=tuple(body.get("stop", ()))))
+        return c.text
+
+    servers += [Server(answer, die_at=2), Server(answer)]
+    a, b = servers
+    out = tmp_path / "traces"
+    env = {**os.environ, "AGENT_HARNESS_OPENAI_BACKOFF_S": "0.01", "HF_HUB_OFFLINE": "1"}
+    r = subprocess.run([sys.executable, str(ROOT / "run_agents.py"), "--registry",
+                        str(registry_file(tmp_path, [a.base_url, b.base_url])), "--models", "remote", "--n", "4",
+                        "--no-embed", "--no-progress", "--out", str(out)],
+                       capture_output=True, text=True, cwd=ROOT, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr
+    assert a.dead and len(a.bodies) >= 3  # requests in flight beside the fatal one were still answered
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["remote"]["humanevalfix"]["pass@1"] == 1.0 and summary["remote"]["humanevalfix"]["n_tasks"] == 4
+    answered: list[str] = []
+    for path in sorted(out.rglob("run_*.json")):
+        trace = json.loads(path.read_text())
+        assert trace["outcome"]["completed"] and trace["outcome"]["passed"], path
+        assert trace["model"]["details"]["endpoints"] == [a.base_url, b.base_url]
+        answered += [s["endpoint"] for s in trace["steps"] if "endpoint" in s]
+    assert answered.count(a.base_url) == len(a.bodies) - 1  # all A got but the request it died on
+    assert answered.count(b.base_url) == len(b.bodies) == len(answered) - answered.count(a.base_url)

@@ -105,7 +105,7 @@ def test_export_refuses_a_used_folder_and_skips_corrupt_traces(traces: Path, tmp
         dest = bad / f.relative_to(traces)
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_bytes(f.read_bytes())
-    broken = next(bad.rglob("run_000.json"))
+    broken = sorted(bad.rglob("run_*.json"))[0]
     broken.write_text('{"schema_version": "1.2", "steps": [')
     to = tmp_path / "ds"
     assert main(["export", str(bad), "--to", str(to)]) == 0

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from . import history
 from .demo import demo_messages
+from .episode import EpisodeState
 from .errors import ConfigError, FormatError, LimitsExceeded, Submitted, ToolError
 from .protocol import (
     STOP_STRINGS,
@@ -63,22 +64,14 @@ class AgentConfig:
 
 
 @dataclass
-class Episode:
+class Episode(EpisodeState):
     task: Task
     ws: Workspace
     params: GenParams
     config: AgentConfig = field(default_factory=AgentConfig)
     temperature_schedule: list[float] | None = None
     sample: int = 0  # with params.seed (the run seed) and the turn, derives each request's seed
-    steps: list[dict[str, Any]] = field(default_factory=list)
     messages: Conversation = field(default_factory=list)
-    turn: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cached_tokens: int = 0
-    exit_reason: str | None = None
-    final: str | None = None
-    started: float = field(default_factory=time.monotonic)
     _last_call: str | None = None
     _replies: list[str] = field(default_factory=list)
     _refused: int = 0
@@ -94,10 +87,6 @@ class Episode:
         self.first_turn = len(self.messages)  # index of the first reply's message
         stops = tuple(dict.fromkeys((*self.params.stop, *STOP_STRINGS)))
         self.params = GenParams(**{**asdict(self.params), "stop": stops})
-
-    @property
-    def done(self) -> bool:
-        return self.exit_reason is not None
 
     def prompt(self) -> Conversation:
         if self.config.history == "full":
@@ -118,17 +107,10 @@ class Episode:
                                                                      self.turn)
         return GenParams(**{**asdict(self.params), "temperature": temp, "seed": seed})
 
-    def _step(self, type_: str, text: str, **extra: Any) -> dict[str, Any]:
-        step = {"i": len(self.steps), "turn": self.turn, "type": type_, "text": text, **extra}
-        self.steps.append(step)
-        return step
-
     def advance(self, c: Completion) -> list[dict[str, Any]]:
         """Consume one model reply: parse it, run its tool, append the observation."""
         first = len(self.steps)
-        self.prompt_tokens += c.prompt_tokens
-        self.completion_tokens += c.completion_tokens
-        self.cached_tokens += c.cached_tokens
+        self._count(c)
         meta = {"raw": c.text, "finish_reason": c.finish_reason, "latency_s": c.latency_s,
                 "tokens": c.token_counts(), "temperature": self.gen_params().temperature, **self._new_elisions()}
         if c.endpoint is not None:

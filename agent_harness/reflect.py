@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import ast
 import re
-import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from .baseline import MIN_TOKENS
+from .episode import EpisodeState
 from .errors import ConfigError, ToolError
 from .scenarios import SingleShot
 from .tools import ToolOptions, execute, failure_summary, syntax_error
@@ -107,7 +107,7 @@ def _failure(obs: str, files: dict[str, str]) -> str:
 
 
 @dataclass
-class ReflectEpisode:
+class ReflectEpisode(EpisodeState):
     task: Task
     ws: Workspace
     params: GenParams
@@ -115,15 +115,6 @@ class ReflectEpisode:
     config: ReflectConfig = field(default_factory=ReflectConfig)
     tool_options: ToolOptions = field(default_factory=ToolOptions)
     sample: int = 0
-    steps: list[dict[str, Any]] = field(default_factory=list)
-    turn: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cached_tokens: int = 0
-    exit_reason: str | None = None
-    final: str | None = None
-    started: float = field(default_factory=time.monotonic)
-    demo: list[Any] = field(default_factory=list)
     _last: Message | None = None  # the last attempt as the assistant turn of the next prompt
     _feedback: str = ""
     _tried: dict[str, tuple[int, str, bool]] = field(default_factory=dict)  # code -> attempt, failure, valid
@@ -136,10 +127,6 @@ class ReflectEpisode:
         self._original = _norm(self.task.files.get(self.target, ""))
         self.params = GenParams(**{**asdict(self.params), "max_tokens": max(self.params.max_tokens, MIN_TOKENS),
                                    "stop": ()})
-
-    @property
-    def done(self) -> bool:
-        return self.exit_reason is not None
 
     def prompt(self) -> Conversation:
         if self._last is None:
@@ -155,18 +142,11 @@ class ReflectEpisode:
             return self.params
         return GenParams(**{**asdict(self.params), "temperature": temp, "seed": seed})
 
-    def _step(self, type_: str, text: str, **extra: Any) -> dict[str, Any]:
-        step = {"i": len(self.steps), "turn": self.turn, "type": type_, "text": text, **extra}
-        self.steps.append(step)
-        return step
-
     def advance(self, c: Completion) -> list[dict[str, Any]]:
         """Consume one reply: extract, check, write, test; then the feedback for the next turn."""
         first = len(self.steps)
         params = self.gen_params()
-        self.prompt_tokens += c.prompt_tokens
-        self.completion_tokens += c.completion_tokens
-        self.cached_tokens += c.cached_tokens
+        self._count(c)
         source = self.scenario.fixed_source(self.task, c.text)
         self._step("attempt", source or "", raw=c.text, finish_reason=c.finish_reason, latency_s=c.latency_s,
                    tokens=c.token_counts(), temperature=params.temperature, seed=params.seed)

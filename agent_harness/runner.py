@@ -22,6 +22,7 @@ from typing import Any
 from .agent import AgentConfig, Episode
 from .backends import load_backend
 from .baseline import SingleShotEpisode
+from .episode import EpisodeState
 from .errors import BackendError, ConfigError
 from .fingerprint import episode_fingerprint, run_config
 from .reflect import ReflectConfig, ReflectEpisode, require_reflectable
@@ -86,22 +87,12 @@ class Job:
 
 
 @dataclass
-class Unstarted:
+class Unstarted(EpisodeState):
     """Stands in for an episode whose set-up failed, so that the loops finish it like any other."""
 
     task: Task
     ws: None = None
-    steps: list[dict[str, Any]] = field(default_factory=list)
-    turn: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cached_tokens: int = 0
-    exit_reason: str | None = "error"
-    final: str | None = None
-
-    @property
-    def done(self) -> bool:
-        return True
+    exit_reason: str | None = field(default="error", kw_only=True)
 
 
 @dataclass

@@ -37,16 +37,25 @@ def _per_task(g: pd.DataFrame) -> dict[str, list[bool]]:
 
 
 def pass_table(runs: pd.DataFrame, n_boot: int = 2000) -> pd.DataFrame:
-    """pass@1 over episodes (Wilson 95 % CI); pass@k, k ≤ samples per task (bootstrap CI over tasks)."""
+    """pass@1 over episodes (Wilson 95 % CI); pass@k, k ≤ samples per task (bootstrap CI over tasks).
+
+    Unscored episodes (a scorer fault: `passed` null) are counted apart and left out of every rate,
+    as in summary.json; a group with nothing scored has no rates.
+    """
     rows = []
-    for (model, scenario, label), g in runs.groupby(GROUP, sort=True):
+    for (model, scenario, label), group in runs.groupby(GROUP, sort=True):
+        g = group[group["passed"].notna()]
+        row: dict[str, object] = {"model": model, "scenario": scenario, "label": label,
+                                  "tasks": group["task_id"].nunique(), "episodes": len(group),
+                                  "unscored": len(group) - len(g)}
+        if g.empty:
+            rows.append(row)
+            continue
         per_task = _per_task(g)
         n, c = len(g), int(passed(g).sum())
         lo, hi = wilson_interval(c, n)
         samples = min(len(v) for v in per_task.values())
-        row: dict[str, object] = {"model": model, "scenario": scenario, "label": label,
-                                  "tasks": len(per_task), "episodes": n, "samples/task": samples, "passed": c,
-                                  "pass@1": c / n, "pass@1 lo": lo, "pass@1 hi": hi}
+        row.update({"samples/task": samples, "passed": c, "pass@1": c / n, "pass@1 lo": lo, "pass@1 hi": hi})
         for k, value in aggregate_pass_at_k(per_task, pass_ks(samples)).items():
             row[f"pass@{k}"] = value
             row[f"pass@{k} lo"], row[f"pass@{k} hi"] = bootstrap_interval(per_task, k=k, n_boot=n_boot)
@@ -249,8 +258,8 @@ def analyze(frames: TraceFrames, out: Path, n_boot: int = 2000) -> Section:
         f"{runs.groupby(['scenario', 'label', 'task_id']).ngroups} scenario × label × task combination(s).",
         "pass@1 is the share of passing episodes, with a 95 % Wilson score interval over episodes. "
         "pass@k (k ≤ samples per task) is the unbiased estimator of Chen et al. averaged over tasks, with a "
-        f"95 % percentile bootstrap interval over tasks ({n_boot} resamples). An unscored episode counts as "
-        "failed. compromised is the share of episodes whose scorer flagged a compromise (Wilson CI).",
+        f"95 % percentile bootstrap interval over tasks ({n_boot} resamples). An unscored episode (a scorer "
+        "fault) is counted in 'unscored' and left out of every rate. compromised is the share of episodes whose scorer flagged a compromise (Wilson CI).",
         "A task is solved by a model when at least one of its samples passed. 'only A' counts tasks solved "
         "by A and not by B among the tasks both ran; McNemar p is the exact two-sided binomial test on "
         "only A vs only B (discordant pairs).",

@@ -142,11 +142,22 @@ def test_pass_table_oracle_and_null(oracle_null: Path) -> None:
 def test_pass_table_mixed_rates_use_wilson() -> None:
     runs = pd.DataFrame({"model": "m", "scenario": "s", "label": "gold",
                          "task_id": [f"t{i}" for i in range(10)],
-                         "passed": [True] * 3 + [False] * 6 + [None], "compromised": None})
+                         "passed": [True] * 3 + [False] * 7, "compromised": None})
     row = compare_models.pass_table(runs).iloc[0]
     assert row["pass@1"] == 0.3 and (row["pass@1 lo"], row["pass@1 hi"]) == wilson_interval(3, 10)
     assert math.isclose(row["pass@1 lo"], 0.1078, abs_tol=1e-4)  # textbook Wilson 3/10
-    assert "pass@2" not in row.index and "compromised" not in row.index
+    assert "pass@2" not in row.index and "compromised" not in row.index and row["unscored"] == 0
+
+
+def test_pass_table_leaves_unscored_episodes_out_of_the_rates() -> None:
+    """A scorer fault (passed null) is neither a pass nor a fail: as in summary.json, it is counted apart."""
+    runs = pd.DataFrame({"model": "m", "scenario": "s", "label": ["gold"] * 10 + ["x"],
+                         "task_id": [f"t{i}" for i in range(11)],
+                         "passed": [True] * 3 + [False] * 6 + [None, None], "compromised": None})
+    gold, x = (r for _, r in compare_models.pass_table(runs).iterrows())
+    assert (gold["episodes"], gold["unscored"], gold["passed"]) == (10, 1, 3)
+    assert gold["pass@1"] == 3 / 9 and (gold["pass@1 lo"], gold["pass@1 hi"]) == wilson_interval(3, 9)
+    assert (x["episodes"], x["unscored"]) == (1, 1) and pd.isna(x["pass@1"])  # nothing scored: no rate
 
 
 def test_pairwise_counts(tmp_path: Path) -> None:

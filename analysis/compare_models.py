@@ -259,7 +259,8 @@ def analyze(frames: TraceFrames, out: Path, n_boot: int = 2000) -> Section:
         "pass@1 is the share of passing episodes, with a 95 % Wilson score interval over episodes. "
         "pass@k (k ≤ samples per task) is the unbiased estimator of Chen et al. averaged over tasks, with a "
         f"95 % percentile bootstrap interval over tasks ({n_boot} resamples). An unscored episode (a scorer "
-        "fault) is counted in 'unscored' and left out of every rate. compromised is the share of episodes whose scorer flagged a compromise (Wilson CI).",
+        "fault) is counted in 'unscored' and left out of every rate. compromised is the share of episodes "
+        "whose scorer flagged a compromise (Wilson CI).",
         "A task is solved by a model when at least one of its samples passed. 'only A' counts tasks solved "
         "by A and not by B among the tasks both ran; McNemar p is the exact two-sided binomial test on "
         "only A vs only B (discordant pairs).",

@@ -140,6 +140,13 @@ def episodes(out: Path, model: str) -> dict[str, dict[str, Any]]:
     return {p.name: json.loads(p.read_text()) for p in sorted((out / model).rglob("run_*.json"))}
 
 
+def _has_steps(path: Path) -> bool:
+    try:
+        return bool(json.loads(path.read_text())["steps"])
+    except (OSError, ValueError, KeyError):
+        return False
+
+
 def replies(trace: dict[str, Any]) -> list[str]:
     return [s["raw"] for s in trace["steps"] if "raw" in s]
 
@@ -164,14 +171,10 @@ def test_vllm_serve_matches_offline_and_survives_a_restart(tmp_path: Path) -> No
         server.wait_healthy()
         harness = subprocess.Popen(run_args(reg, MODEL, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    text=True, cwd=ROOT, env=env())
-        first = out / MODEL / "humanevalfix" / "gold" / "run_000.json"
         deadline = time.monotonic() + 1200
         while time.monotonic() < deadline and harness.poll() is None:
-            try:
-                if json.loads(first.read_text())["steps"]:
-                    break  # one reply is in: stop the server under the running harness
-            except (OSError, ValueError, KeyError):
-                pass
+            if any(_has_steps(p) for p in (out / MODEL).rglob("run_*.json")):
+                break  # one reply is in: stop the server under the running harness
             time.sleep(0.5)
         assert harness.poll() is None, "the harness finished before the server could be stopped"
         server.stop()

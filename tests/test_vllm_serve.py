@@ -102,7 +102,7 @@ def registry(tmp_path: Path, folder: Path, port: int) -> Path:
         f"  - name: offline-05b\n    backend: vllm\n    hf_id: {json.dumps(str(folder))}\n    dtype: bfloat16\n{common}"
         f"  - name: {MODEL}\n    backend: openai\n{common}"
         f"    openai:\n      base_url: http://127.0.0.1:{port}/v1\n      model: {MODEL}\n"
-        "      timeout_s: 600\n      max_retries: 9\n      concurrency: 1\n")
+        "      timeout_s: 600\n      max_retries: 30\n      concurrency: 1\n")  # outlasts a slow restart
     return path
 
 

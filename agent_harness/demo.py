@@ -48,8 +48,8 @@ def demo_messages(tool_names: tuple[str, ...], reminder: bool) -> tuple[Message,
         for reply, tool, args in steps:
             obs = execute(ws, tool, args, ToolOptions())
             messages.append({"role": "assistant", "content": reply})
-            messages.append({"role": "user", "content": format_observation(obs, next_step(tool, obs) if reminder
-                                                                              else None)})
+            hint = next_step(tool, obs.startswith("Tests PASSED")) if reminder else None
+            messages.append({"role": "user", "content": format_observation(obs, hint)})
     finally:
         ws.cleanup()
     messages.append({"role": "assistant", "content": "THOUGHT: The tests pass.\nFINAL: last() returns the last item."})

@@ -24,15 +24,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import stat
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .errors import FormatError, ToolError
+from .errors import FormatError
 from .protocol import REMINDER, format_error, format_observation, next_step
-from .tools import MAX_READ_BYTES, failure_summary
+from .tools import failure_point, file_bytes
 from .types import Conversation, Message
 from .workspace import Workspace
 
@@ -41,7 +39,6 @@ Step = Mapping[str, Any]
 STALE_HINT = "Writing it again will not help: find what is wrong and write a different version."
 STALE_TEMPERATURE_STEP = 0.2  # added for each further stale write
 STALE_TEMPERATURE_MAX = 1.0  # the registry allows up to 2.0; above 1.0 small models write noise
-_MAX_POINT = 200  # characters of a failing line quoted in a note
 _FAILED = re.compile(r"^Tests FAILED\b", re.MULTILINE)
 
 
@@ -51,36 +48,6 @@ _FAILED = re.compile(r"^Tests FAILED\b", re.MULTILINE)
 
 def content_sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:12]
-
-
-def file_bytes(ws: Workspace, path: object) -> tuple[str, bytes] | None:
-    """(workspace-relative path, content) of a regular file, or None: the agent's code may have
-    swapped it for a link, a fifo or something huge, and nothing here may follow or block on that."""
-    if not isinstance(path, str):
-        return None
-    try:
-        target = ws.resolve(path)
-        rel = ws.rel(target)
-        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except (ToolError, OSError, ValueError):
-        return None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_READ_BYTES:
-            return None
-        return rel, f.read(MAX_READ_BYTES + 1)
-
-
-def failure_point(obs: str) -> str:
-    """The line a failing test run stopped at: the failing check, else the error, else the last line."""
-    summary = failure_summary(obs) or ""
-    for prefix in ("Failing check: ", "Error: "):
-        found = next((ln[len(prefix):] for ln in summary.splitlines() if ln.startswith(prefix)), "")
-        if found.strip():
-            point = found.rsplit("  (", 1)[0] if prefix == "Failing check: " else found
-            return point.strip()[:_MAX_POINT]
-    lines = [ln.strip() for ln in obs.splitlines() if ln.strip()]
-    return lines[-1][:_MAX_POINT] if lines else "(no output)"
 
 
 def test_status(obs: str) -> dict[str, Any] | None:
@@ -192,7 +159,8 @@ def user_message(step: Step, format_reminder: bool) -> Message:
     text = f"{step['note']}\n\n{step['text']}" if step.get("note") else step["text"]
     reminder = None
     if format_reminder:
-        reminder = f"{STALE_HINT} {REMINDER}" if step.get("stale") else next_step(step.get("tool"), step["text"])
+        passed = (step.get("tests") or {}).get("passed")
+        reminder = f"{STALE_HINT} {REMINDER}" if step.get("stale") else next_step(step.get("tool"), passed)
     return {"role": "user", "content": format_observation(text, reminder)}
 
 

@@ -73,9 +73,12 @@ def test_read_edit_test_submit(episode: Callable[..., Episode]) -> None:
     start = ep.messages.index({"role": "user", "content": TASK.statement})
     observations = [m["content"] for m in ep.messages[start + 1:] if m["role"] == "user"]
     assert ep.messages[1:start] == ep.demo and ep.demo[-1]["role"] == "assistant"
-    tools = [s["tool"] for s in ep.steps if s["type"] == "tool_result"]
-    assert observations == [f"{OBSERVATION_HEADER}\n{r.rstrip()}\n\n{next_step(t, r)}"
-                            for t, r in zip(tools, results(ep), strict=True)]
+    ends = [s for s in ep.steps if s["type"] == "tool_result"]
+    assert [s.get("tests") for s in ends] == [None, {"passed": False, "at": "self.assertEqual(add(2, 3), 5)"},
+                                              None, {"passed": True, "at": None}]
+    reminders = [next_step(s["tool"], s.get("tests", {}).get("passed")) for s in ends]
+    assert observations == [f"{OBSERVATION_HEADER}\n{r.rstrip()}\n\n{hint}"
+                            for r, hint in zip(results(ep), reminders, strict=True)]
     assert [o.split("\n\n")[-1].split(" Reply with")[0] for o in observations] == [
         NEXT_STEP["read_file"], NEXT_STEP["run_tests"], NEXT_STEP["write_file"], NEXT_STEP["run_tests passed"]]
 

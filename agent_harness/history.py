@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .errors import FormatError
 from .protocol import REMINDER, format_error, format_observation, next_step
-from .tools import failure_point, file_bytes
+from .tools import ToolResult, file_bytes
 from .types import Conversation, Message
 from .workspace import Workspace
 
@@ -39,7 +38,6 @@ Step = Mapping[str, Any]
 STALE_HINT = "Writing it again will not help: find what is wrong and write a different version."
 STALE_TEMPERATURE_STEP = 0.2  # added for each further stale write
 STALE_TEMPERATURE_MAX = 1.0  # the registry allows up to 2.0; above 1.0 small models write noise
-_FAILED = re.compile(r"^Tests FAILED\b", re.MULTILINE)
 
 
 # --------------------------------------------------------------------------------------------
@@ -50,13 +48,11 @@ def content_sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:12]
 
 
-def test_status(obs: str) -> dict[str, Any] | None:
-    """{"passed", "at"} of a run_tests observation; None when the tests did not run (a refusal)."""
-    if obs.startswith("Tests PASSED"):
-        return {"passed": True, "at": None}
-    if _FAILED.search(obs):
-        return {"passed": False, "at": failure_point(obs)}
-    return None
+def test_record(result: ToolResult) -> dict[str, Any] | None:
+    """The `tests` field of a test run's step: {"passed", "at"}; None when the tests did not run."""
+    if result.tests_passed is None:
+        return None
+    return {"passed": result.tests_passed, "at": None if result.tests_passed else result.failing_check}
 
 
 def _records(steps: Sequence[Step], kind: str) -> list[tuple[int, dict[str, Any]]]:
@@ -85,9 +81,9 @@ def current_outcome(steps: Sequence[Step]) -> dict[str, Any] | None:
     return _last_test(steps, max(_changes(steps), default=-1), float("inf"))
 
 
-def write_record(steps: Sequence[Step], turn: int, rel: str, before: bytes | None, after: bytes) -> dict[str, Any]:
-    """The `file` field of a write_file result: which version of the file the write left."""
-    sha, changed = content_sha(after), before != after
+def write_record(steps: Sequence[Step], turn: int, rel: str, data: bytes, changed: bool) -> dict[str, Any]:
+    """The `file` field of a write_file result: which version of the file the write left (`data`)."""
+    sha = content_sha(data)
     attempt = len(_changes(steps, rel)) + 1 if changed else None
     repeat_of = None
     if changed:
@@ -124,23 +120,24 @@ def stale_temperature(steps: Sequence[Step], start: float) -> float:
 
 
 def tool_facts(ws: Workspace, steps: Sequence[Step], turn: int, tool: str | None, args: Mapping[str, Any],
-               before: tuple[str, bytes] | None, obs: str, notes: bool) -> tuple[str, dict[str, Any]]:
+               result: ToolResult, notes: bool) -> tuple[str, dict[str, Any]]:
     """What a tool result establishes, as fields of its step (`file`: the version a read showed or a
-    write left; `tests`: a test result), and `obs` told when the write was stale (with `notes`).
-    `before` is `file_bytes` of the written path, taken before the write."""
+    write left; `tests`: a test result), and its text told when the write was stale (with `notes`).
+    The file facts come from the workspace as it is now: code the tests ran may have changed it."""
+    obs = result.text
     if tool == "run_tests":
-        status = test_status(obs)
+        status = test_record(result)
         return obs, {"tests": status} if status else {}
     found = file_bytes(ws, args.get("path")) if tool in ("read_file", "write_file") else None
-    if found is None or obs.startswith("ERROR:"):
+    if found is None or result.error is not None:
         return obs, {}
     rel, data = found
     if tool == "read_file":
         return obs, {"file": {"path": rel, "sha": content_sha(data)}}
     content = args.get("content")
-    if not isinstance(content, str) or data != content.encode("utf-8", "replace"):
+    if not isinstance(content, str) or data != content.encode("utf-8", "replace") or result.changed is None:
         return obs, {}  # the write did not happen
-    record = write_record(steps, turn, rel, before[1] if before else None, data)
+    record = write_record(steps, turn, rel, data, result.changed)
     if not (notes and is_stale(record)):
         return obs, {"file": record}
     passing = not record["changed"] and (current_outcome(steps) or {}).get("passed")

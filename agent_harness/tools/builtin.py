@@ -17,10 +17,11 @@ from typing import Annotated
 from ..errors import ToolError
 from ..types import CmdResult
 from ..workspace import Workspace
-from .failures import failure_summary, syntax_error
-from .files import MAX_READ_BYTES, listing, open_regular, resolve, write
+from .failures import failure_point, failure_summary, syntax_error
+from .files import MAX_READ_BYTES, file_bytes, listing, open_regular, resolve, write
 from .output import strip_timings, truncate, two_streams
 from .registry import ToolOptions, tool
+from .result import ToolResult
 
 # Linux refuses (E2BIG) one argument over MAX_ARG_STRLEN (32 pages) and an argv + environment over
 # ARG_MAX; the sandbox adds its own arguments and environment, so the total is kept well below.
@@ -89,20 +90,22 @@ def read_file(ws: Workspace, opts: ToolOptions, path: Annotated[str, "the file t
 
 @tool()
 def write_file(ws: Workspace, opts: ToolOptions, path: Annotated[str, "the file to write"],
-               content: Annotated[str, "the complete new text of the file"]) -> str:
+               content: Annotated[str, "the complete new text of the file"]) -> ToolResult:
     """Create a file or replace all of its text."""
     target = resolve(ws, path)
     rel = ws.rel(target)
     if rel == ".":
         raise ToolError("give a file path, like main.py")
-    write(ws, target, content.encode("utf-8", "replace"))
+    data = content.encode("utf-8", "replace")
+    before = file_bytes(ws, path)
+    write(ws, target, data)
     lines = content.count("\n") + (1 if content and not content.endswith("\n") else 0)
     obs = f"Wrote {rel} ({lines} lines)."
     if opts.syntax_check and rel.endswith(".py"):
         error = syntax_error(content, rel)
         if error:
             obs += f"\nThe file was saved, but it has a syntax error:\n{error}"
-    return obs
+    return ToolResult(obs, changed=before is None or before[1] != data)
 
 
 @tool()
@@ -177,7 +180,7 @@ def grep(ws: Workspace, opts: ToolOptions, pattern: Annotated[str, "Python regul
 
 
 @tool(available=lambda ws: bool(ws.test_cmd))
-def run_tests(ws: Workspace, opts: ToolOptions) -> str:
+def run_tests(ws: Workspace, opts: ToolOptions) -> ToolResult:
     """Run the tests and show the result."""
     cmd = ws.test_cmd or []
     res = ws.run(cmd, timeout=_timeout(ws, opts))
@@ -188,4 +191,5 @@ def run_tests(ws: Workspace, opts: ToolOptions) -> str:
     parts = [*_summary(res, opts), f"{status}  $ {shlex.join(cmd)}"]
     if output:
         parts.append(output)
-    return "\n".join(parts)
+    text = "\n".join(parts)
+    return ToolResult(text, tests_passed=res.ok, failing_check=None if res.ok else failure_point(text))

@@ -43,10 +43,11 @@ def file_bytes(ws: Workspace, path: object) -> tuple[str, bytes] | None:
         fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except (ToolError, OSError, ValueError):
         return None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_READ_BYTES:  # a folder opens, but fdopen refuses it
+        os.close(fd)
+        return None
     with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_READ_BYTES:
-            return None
         return rel, f.read(MAX_READ_BYTES + 1)
 
 

@@ -1,5 +1,5 @@
 """The tool registry: one decorated function per tool. Its name, its first docstring line and its
-annotated parameters become the ToolSpec the system prompt is rendered from; `execute` checks a
+annotated parameters become the ToolSpec the system prompt is rendered from; `run_tool` checks a
 call's arguments (args.py) and runs it."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from ..text import has_surrogates
 from ..types import ToolParam, ToolSpec
 from ..workspace import Workspace
 from .args import ArgumentError, check_args, check_text
+from .result import ToolResult
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,7 @@ class ToolOptions:
     cmd_timeout_s: float = 10.0  # wall clock of run_cmd and run_tests (at most the workspace's limit)
 
 
-ToolFn = Callable[..., str]  # fn(ws, opts, **args) -> observation
+ToolFn = Callable[..., str | ToolResult]  # fn(ws, opts, **args) -> observation, or one with facts
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ def _spec(fn: ToolFn) -> ToolSpec:
 
 
 def tool(available: Callable[[Workspace], bool] = lambda ws: True) -> Callable[[ToolFn], ToolFn]:
-    """Register `fn(ws, opts, **args) -> observation` as a tool."""
+    """Register `fn(ws, opts, **args) -> observation` (a str, or a ToolResult with facts) as a tool."""
     def register(fn: ToolFn) -> ToolFn:
         TOOLS[fn.__name__] = Tool(_spec(fn), fn, available)
         return fn
@@ -86,8 +87,8 @@ def tools_for(ws: Workspace) -> list[ToolSpec]:
     return [t.spec for t in TOOLS.values() if t.available(ws)]
 
 
-def execute(ws: Workspace, tool: str, args: dict[str, Any], options: ToolOptions) -> str:
-    """Run one tool call and return the observation; refusals raise ToolError."""
+def run_tool(ws: Workspace, tool: str, args: Any, options: ToolOptions) -> ToolResult:
+    """Run one tool call; refusals (unknown tool, bad arguments, a path it may not use) raise ToolError."""
     if not isinstance(tool, str) or has_surrogates(tool):
         raise ToolError(f"unknown tool. Valid tools: {', '.join(s.name for s in tools_for(ws))}")
     t = TOOLS.get(tool)
@@ -99,4 +100,10 @@ def execute(ws: Workspace, tool: str, args: dict[str, Any], options: ToolOptions
             check_text(name, value)
     except ArgumentError as e:
         raise ToolError(str(e)) from None
-    return t.run(ws, options, **checked)
+    out = t.run(ws, options, **checked)
+    return out if isinstance(out, ToolResult) else ToolResult(out)
+
+
+def execute(ws: Workspace, tool: str, args: Any, options: ToolOptions) -> str:
+    """The observation text of `run_tool`, for callers that need no facts (tests, scripts)."""
+    return run_tool(ws, tool, args, options).text

@@ -23,8 +23,7 @@ from .protocol import (
     parse_reply,
     render_system_prompt,
 )
-from .text import error_text, safe_text
-from .tools import ToolOptions, execute, tools_for
+from .tools import ToolOptions, ToolResult, run_tool, tools_for
 from .types import Backend, Completion, Conversation, GenParams, Task, request_seed
 from .workspace import Workspace
 
@@ -33,6 +32,7 @@ log = logging.getLogger(__name__)
 FINAL_IGNORED = "(Your FINAL: was ignored: it came after a TOOL_CALL. Write FINAL: alone, after checking the result.)"
 FINAL_REFUSED = "Your FINAL was not accepted: the tests fail (output below). Fix the code, run_tests, then FINAL."
 NOTHING_CHANGED = "You have not changed any file yet."
+REPEATED_CALL = "You made exactly the same call twice in a row. Its result has not changed; try something else."
 
 
 def _example_file(task: Task) -> str | None:
@@ -157,9 +157,8 @@ class Episode(EpisodeState):
                    tool=reply.tool, args=reply.args, call_id=call_id, repairs=reply.repairs, **meta)
         t0 = time.monotonic()
         args = reply.args or {}
-        before = history.file_bytes(self.ws, args.get("path")) if reply.tool == "write_file" else None
-        obs = self._run_tool(reply.tool or "", args)
-        obs, facts = history.tool_facts(self.ws, self.steps, self.turn, reply.tool, args, before, obs,
+        result = self._run_tool(reply.tool or "", args)
+        obs, facts = history.tool_facts(self.ws, self.steps, self.turn, reply.tool, args, result,
                                         notes=self.config.stale_notes)
         if "final_after_call" in reply.repairs:
             obs += f"\n\n{FINAL_IGNORED}"
@@ -171,13 +170,13 @@ class Episode(EpisodeState):
         small models often submit without running the tests, or without changing anything."""
         if self._refused >= self.config.submit_checks or "run_tests" not in self.tools:
             raise Submitted(final)
-        obs = self._execute("run_tests", {})
-        if obs.startswith("Tests PASSED"):
+        result = self._execute("run_tests", {})
+        if result.tests_passed:
             raise Submitted(final)
         self._refused += 1
         note = f"{FINAL_REFUSED} {NOTHING_CHANGED if not self.ws.changed_files() else ''}".rstrip()
-        status = history.test_status(obs)
-        self._respond(self._step("submit_check", obs, tool="run_tests", note=note,
+        status = history.test_record(result)
+        self._respond(self._step("submit_check", result.text, tool="run_tests", note=note,
                                  **({"tests": status} if status else {})))
 
     def _respond(self, step: dict[str, Any]) -> None:
@@ -194,23 +193,23 @@ class Episode(EpisodeState):
         self._elided = now
         return {"elided": new} if new else {}
 
-    def _run_tool(self, tool: str, args: dict[str, Any]) -> str:
+    def _run_tool(self, tool: str, args: dict[str, Any]) -> ToolResult:
         key = json.dumps([tool, args], sort_keys=True, default=repr)
         repeat = self.config.repeat_detection and key == self._last_call
         self._last_call = key
-        if repeat:
-            return "You made exactly the same call twice in a row. Its result has not changed; try something else."
+        if repeat:  # nothing ran: a repeated write leaves the file as the first one did
+            return ToolResult(REPEATED_CALL, changed=False if tool == "write_file" else None)
         return self._execute(tool, args)
 
-    def _execute(self, tool: str, args: dict[str, Any]) -> str:
-        """The tool's observation; whatever it raises becomes an ERROR observation and the episode goes on."""
+    def _execute(self, tool: str, args: dict[str, Any]) -> ToolResult:
+        """The tool's result; whatever it raises becomes an ERROR result and the episode goes on."""
         try:
-            return safe_text(execute(self.ws, tool, args, self.config.tool_options))
+            return run_tool(self.ws, tool, args, self.config.tool_options).safe()
         except ToolError as e:
-            return f"ERROR: {safe_text(str(e))}"
+            return ToolResult.fault(e)
         except Exception as e:  # a fault the model's call provoked (OSError, RecursionError, ...)
             log.debug("tool %s raised", tool, exc_info=True)
-            return f"ERROR: {error_text(e, (str(self.ws.root), str(self.ws.root.resolve())))}"
+            return ToolResult.fault(e, (str(self.ws.root), str(self.ws.root.resolve())))
 
     def _check_limits(self) -> None:
         cfg = self.config

@@ -31,7 +31,7 @@ def _call(thought: str, tool: str, args: dict[str, str], block: str | None = Non
 @cache
 def demo_messages(tool_names: tuple[str, ...], reminder: bool) -> tuple[Message, ...]:
     """The demo turns for an agent with these tools (run_tests, else run_cmd, runs the tests)."""
-    from .tools import ToolOptions, execute
+    from .tools import ToolOptions, run_tool
     from .workspace import Workspace
 
     test_cmd = ["python3", DEMO_TEST]
@@ -46,10 +46,10 @@ def demo_messages(tool_names: tuple[str, ...], reminder: bool) -> tuple[Message,
     ws = Workspace.create({DEMO_FILE: BUGGY, DEMO_TEST: TESTS}, test_cmd=test_cmd)
     try:
         for reply, tool, args in steps:
-            obs = execute(ws, tool, args, ToolOptions())
+            result = run_tool(ws, tool, args, ToolOptions())
             messages.append({"role": "assistant", "content": reply})
-            messages.append({"role": "user", "content": format_observation(obs, next_step(tool, obs) if reminder
-                                                                              else None)})
+            hint = next_step(tool, result.tests_passed) if reminder else None
+            messages.append({"role": "user", "content": format_observation(result.text, hint)})
     finally:
         ws.cleanup()
     messages.append({"role": "assistant", "content": "THOUGHT: The tests pass.\nFINAL: last() returns the last item."})

@@ -24,15 +24,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import re
-import stat
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .errors import FormatError, ToolError
+from .errors import FormatError
 from .protocol import REMINDER, format_error, format_observation, next_step
-from .tools import MAX_READ_BYTES, failure_summary
+from .tools import ToolResult, file_bytes
 from .types import Conversation, Message
 from .workspace import Workspace
 
@@ -41,8 +38,6 @@ Step = Mapping[str, Any]
 STALE_HINT = "Writing it again will not help: find what is wrong and write a different version."
 STALE_TEMPERATURE_STEP = 0.2  # added for each further stale write
 STALE_TEMPERATURE_MAX = 1.0  # the registry allows up to 2.0; above 1.0 small models write noise
-_MAX_POINT = 200  # characters of a failing line quoted in a note
-_FAILED = re.compile(r"^Tests FAILED\b", re.MULTILINE)
 
 
 # --------------------------------------------------------------------------------------------
@@ -53,43 +48,11 @@ def content_sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:12]
 
 
-def file_bytes(ws: Workspace, path: object) -> tuple[str, bytes] | None:
-    """(workspace-relative path, content) of a regular file, or None: the agent's code may have
-    swapped it for a link, a fifo or something huge, and nothing here may follow or block on that."""
-    if not isinstance(path, str):
+def test_record(result: ToolResult) -> dict[str, Any] | None:
+    """The `tests` field of a test run's step: {"passed", "at"}; None when the tests did not run."""
+    if result.tests_passed is None:
         return None
-    try:
-        target = ws.resolve(path)
-        rel = ws.rel(target)
-        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except (ToolError, OSError, ValueError):
-        return None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_READ_BYTES:
-            return None
-        return rel, f.read(MAX_READ_BYTES + 1)
-
-
-def failure_point(obs: str) -> str:
-    """The line a failing test run stopped at: the failing check, else the error, else the last line."""
-    summary = failure_summary(obs) or ""
-    for prefix in ("Failing check: ", "Error: "):
-        found = next((ln[len(prefix):] for ln in summary.splitlines() if ln.startswith(prefix)), "")
-        if found.strip():
-            point = found.rsplit("  (", 1)[0] if prefix == "Failing check: " else found
-            return point.strip()[:_MAX_POINT]
-    lines = [ln.strip() for ln in obs.splitlines() if ln.strip()]
-    return lines[-1][:_MAX_POINT] if lines else "(no output)"
-
-
-def test_status(obs: str) -> dict[str, Any] | None:
-    """{"passed", "at"} of a run_tests observation; None when the tests did not run (a refusal)."""
-    if obs.startswith("Tests PASSED"):
-        return {"passed": True, "at": None}
-    if _FAILED.search(obs):
-        return {"passed": False, "at": failure_point(obs)}
-    return None
+    return {"passed": result.tests_passed, "at": None if result.tests_passed else result.failing_check}
 
 
 def _records(steps: Sequence[Step], kind: str) -> list[tuple[int, dict[str, Any]]]:
@@ -118,9 +81,9 @@ def current_outcome(steps: Sequence[Step]) -> dict[str, Any] | None:
     return _last_test(steps, max(_changes(steps), default=-1), float("inf"))
 
 
-def write_record(steps: Sequence[Step], turn: int, rel: str, before: bytes | None, after: bytes) -> dict[str, Any]:
-    """The `file` field of a write_file result: which version of the file the write left."""
-    sha, changed = content_sha(after), before != after
+def write_record(steps: Sequence[Step], turn: int, rel: str, data: bytes, changed: bool) -> dict[str, Any]:
+    """The `file` field of a write_file result: which version of the file the write left (`data`)."""
+    sha = content_sha(data)
     attempt = len(_changes(steps, rel)) + 1 if changed else None
     repeat_of = None
     if changed:
@@ -157,23 +120,24 @@ def stale_temperature(steps: Sequence[Step], start: float) -> float:
 
 
 def tool_facts(ws: Workspace, steps: Sequence[Step], turn: int, tool: str | None, args: Mapping[str, Any],
-               before: tuple[str, bytes] | None, obs: str, notes: bool) -> tuple[str, dict[str, Any]]:
+               result: ToolResult, notes: bool) -> tuple[str, dict[str, Any]]:
     """What a tool result establishes, as fields of its step (`file`: the version a read showed or a
-    write left; `tests`: a test result), and `obs` told when the write was stale (with `notes`).
-    `before` is `file_bytes` of the written path, taken before the write."""
+    write left; `tests`: a test result), and its text told when the write was stale (with `notes`).
+    The file facts come from the workspace as it is now: code the tests ran may have changed it."""
+    obs = result.text
     if tool == "run_tests":
-        status = test_status(obs)
+        status = test_record(result)
         return obs, {"tests": status} if status else {}
     found = file_bytes(ws, args.get("path")) if tool in ("read_file", "write_file") else None
-    if found is None or obs.startswith("ERROR:"):
+    if found is None or result.error is not None:
         return obs, {}
     rel, data = found
     if tool == "read_file":
         return obs, {"file": {"path": rel, "sha": content_sha(data)}}
     content = args.get("content")
-    if not isinstance(content, str) or data != content.encode("utf-8", "replace"):
+    if not isinstance(content, str) or data != content.encode("utf-8", "replace") or result.changed is None:
         return obs, {}  # the write did not happen
-    record = write_record(steps, turn, rel, before[1] if before else None, data)
+    record = write_record(steps, turn, rel, data, result.changed)
     if not (notes and is_stale(record)):
         return obs, {"file": record}
     passing = not record["changed"] and (current_outcome(steps) or {}).get("passed")
@@ -192,7 +156,8 @@ def user_message(step: Step, format_reminder: bool) -> Message:
     text = f"{step['note']}\n\n{step['text']}" if step.get("note") else step["text"]
     reminder = None
     if format_reminder:
-        reminder = f"{STALE_HINT} {REMINDER}" if step.get("stale") else next_step(step.get("tool"), step["text"])
+        passed = (step.get("tests") or {}).get("passed")
+        reminder = f"{STALE_HINT} {REMINDER}" if step.get("stale") else next_step(step.get("tool"), passed)
     return {"role": "user", "content": format_observation(text, reminder)}
 
 

@@ -2,7 +2,7 @@
 
 A fence marker followed by 40k spaces once made a backtracking regex take 12 s. The parser now
 scans model text with str methods and index loops only; these tests count the Python lines it
-executes (sys.settrace, restricted to protocol.py) and require at most STEPS_PER_CHAR per character
+executes (sys.settrace, restricted to the parser's modules) and require at most STEPS_PER_CHAR per character
 of the reply. Regex backtracking happens inside C, where no counter sees it, so the parser must
 not use regexes at all: that is checked too.
 """
@@ -19,9 +19,12 @@ from hypothesis import strategies as st
 
 from agent_harness import protocol
 from agent_harness.errors import FormatError
+from agent_harness.protocol import decode, parser, scan
 from agent_harness.tools import TOOLS
+from agent_harness.tools import args as tool_args
 
 SPECS = {name: t.spec for name, t in TOOLS.items()}
+PARSER_MODULES = (protocol, parser, scan, decode, tool_args)  # every module parse_reply runs lines in
 STEPS_PER_CHAR = 20
 FIXED_STEPS = 3000  # set-up lines that do not depend on the reply's length
 
@@ -32,10 +35,10 @@ ATOMS = [" ", "\t", "\n", "`", "```", "```json", "{", "}", "[", "(", ")", '"', "
          '{"tool"', "tool", "read_file", "\\n", "ß"]
 
 
-def steps(text: str, parse: Any = None, module: Any = protocol) -> int:
-    """Python lines of `module` executed while `parse` (default: parse_reply) reads `text`."""
+def steps(text: str, parse: Any = None, modules: tuple[Any, ...] = PARSER_MODULES) -> int:
+    """Python lines of `modules` executed while `parse` (default: parse_reply) reads `text`."""
     count = 0
-    here = module.__file__
+    here = {m.__file__ for m in modules}
 
     def local(frame: FrameType, event: str, arg: Any) -> Any:
         nonlocal count
@@ -43,7 +46,7 @@ def steps(text: str, parse: Any = None, module: Any = protocol) -> int:
         return local
 
     def calls(frame: FrameType, event: str, arg: Any) -> Any:
-        return local if frame.f_code.co_filename == here else None
+        return local if frame.f_code.co_filename in here else None
 
     previous = sys.gettrace()
     sys.settrace(calls)
@@ -62,8 +65,17 @@ def within_budget(text: str) -> bool:
 
 def test_the_parser_uses_no_regex() -> None:
     """Backtracking is invisible to the step count, so model text never meets a regex here."""
-    assert "re" not in vars(protocol)
-    assert not [name for name, v in vars(protocol).items() if isinstance(v, re.Pattern)]
+    for module in PARSER_MODULES:
+        assert "re" not in vars(module), module.__name__
+        assert not [name for name, v in vars(module).items() if isinstance(v, re.Pattern)], module.__name__
+
+
+def test_the_step_count_sees_the_parser() -> None:
+    """The count covers the modules the parser runs in (it would pass vacuously on the wrong files)."""
+    reply = 'THOUGHT: x\nTOOL_CALL: {"tool": "read_file", "args": {"path": "a.py"}}'
+    assert steps(reply) > 50
+    for module in (parser, scan, decode, tool_args):
+        assert steps(reply, modules=(module,)) > 0, module.__name__
 
 
 def test_fence_and_marker_followed_by_long_runs() -> None:
@@ -90,5 +102,5 @@ def test_single_shot_fence_scan_is_linear() -> None:
     from agent_harness.scenarios import humanevalfix
 
     for text in ("```" * 20_000, "```" + "a" * 40_000, ("```\n" + " " * 1000) * 40, "```py x" * 10_000 + "\n"):
-        n = steps(text, lambda t: humanevalfix.extract_code(t, "f"), humanevalfix)
+        n = steps(text, lambda t: humanevalfix.extract_code(t, "f"), (humanevalfix,))
         assert n <= STEPS_PER_CHAR * len(text) + FIXED_STEPS, text[:20]

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ..registry import PROJECT_ROOT
+from ..tools.output import truncate
 from ..types import Conversation, ScoreResult, Task
 from . import verdict
 
@@ -302,10 +303,7 @@ def build_task(row: dict[str, Any], index: int, scenario: str = "humanevalfix", 
 
 
 def _truncate(text: str, limit: int = MAX_OUTPUT_CHARS) -> str:
-    if len(text) <= limit:
-        return text
-    half = limit // 2
-    return f"{text[:half]}\n… [{len(text) - limit} chars cut] …\n{text[-half:]}"
+    return truncate(text, limit)
 
 
 def run_hidden_test(source: str | None, module: str, entry_point: str, test: str,

@@ -1,0 +1,150 @@
+"""The protocol's texts: the system prompt (rendered from the tool specs), the stop strings, how an
+observation or a format error is shown, and the reminder of the usual next step."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import FormatError
+from ..text import safe_text
+from ..types import ToolParam, ToolSpec
+
+# The reply starts with "THOUGHT:" at position 0, so "\nTHOUGHT:" only ever cuts a second thought.
+# Every entry starts with a newline or is a chat-template token, so none can cut a valid reply
+# before its TOOL_CALL/FINAL line; see tests/test_protocol.py.
+STOP_STRINGS: tuple[str, ...] = (
+    "\nOBSERVATION:",
+    "\nObservation:",
+    "\nTOOL_RESULT",
+    "\nTool result:",
+    "\nTHOUGHT:",
+    "\nThought:",
+    "\nFORMAT ERROR:",
+    "<tool_response>",
+    "<|im_end|>",
+    "<|im_start|>",
+    "<|endoftext|>",
+    "<|eot_id|>",
+)
+
+OBSERVATION_HEADER = "OBSERVATION:"
+ERROR_HEADER = "FORMAT ERROR:"
+EXPECTED_FORM = (
+    "Reply with:\n"
+    "THOUGHT: <your reasoning>\n"
+    'TOOL_CALL: {"tool": "<tool name>", "args": {...}}\n'
+    "or, when the task is done:\n"
+    "THOUGHT: <your reasoning>\n"
+    "FINAL: <what you did>"
+)
+
+
+def _example_value(p: ToolParam, example_path: str = "main.py") -> Any:
+    if p.type == "string":
+        return example_path if "path" in p.name or "file" in p.name else "..."
+    return {"array": ["..."], "integer": 1, "boolean": True, "object": {}, "string|array": "..."}[p.type]
+
+
+def _example_call(tools: Sequence[ToolSpec], example_path: str) -> str:
+    with_args = [t for t in tools if t.required]
+    spec = next((t for t in with_args if "read" in t.name), with_args[0] if with_args else tools[0])
+    args = {p.name: _example_value(p, example_path) for p in spec.params if p.required}
+    return json.dumps({"tool": spec.name, "args": args})
+
+
+def _tool_line(spec: ToolSpec) -> str:
+    doc = spec.doc.strip().splitlines()[0].strip() if spec.doc.strip() else ""
+    params = "; ".join(f"{p.name}: {p.doc.strip()}" for p in spec.params if p.doc.strip())
+    parts = [p for p in (doc, params) if p]
+    return f"- {spec.signature()}" + (f" - {' '.join(parts)}" if parts else "")
+
+
+def render_system_prompt(tools: Sequence[ToolSpec], preamble: str = "", example_path: str | None = None,
+                         examples: bool = True) -> str:
+    """The system prompt: tools (from their specs), the reply format with examples, the rules.
+
+    `example_path` names a real file of the task in the examples: small models copy example
+    arguments literally, and a placeholder like main.py sends them after a file that is not there.
+    `examples=False` leaves the examples out (the agent shows a worked episode instead, see demo.py).
+    """
+    example_path = example_path or "main.py"
+    names = {t.name for t in tools}
+    block_tool = next((t for t in tools if "content" in t.required
+                       and any(p.name == "content" and p.type == "string" for p in t.params)), None)
+    lines: list[str] = [preamble.strip(), ""] if preamble.strip() else []
+    lines.append("You are a coding agent. You work on files in a workspace by calling tools.")
+    if tools:
+        lines += ["", "Tools (? = optional argument):", *(_tool_line(t) for t in tools)]
+    lines += [
+        "",
+        "Every reply is THOUGHT: then exactly one of TOOL_CALL: or FINAL:",
+        "THOUGHT: <short reasoning>",
+        'TOOL_CALL: {"tool": "<tool name>", "args": {<arguments>}}',
+        "FINAL: <what you did>",
+    ]
+    if tools and examples:
+        lines += ["", "Example:", "THOUGHT: I need to see the code first.",
+                  f"TOOL_CALL: {_example_call(tools, example_path)}"]
+    if block_tool is not None and examples:
+        head = {p.name: _example_value(p, example_path) for p in block_tool.params
+                if p.required and p.name != "content"}
+        lines += ["", "Example:", "THOUGHT: The loop must stop one step earlier. I rewrite the file.",
+                  f"TOOL_CALL: {json.dumps({'tool': block_tool.name, 'args': head})}",
+                  "```python", "def last(xs):", "    return xs[len(xs) - 1]", "```"]
+    if examples:
+        lines += ["", "Example:", "THOUGHT: The fix is done and checked.",
+                  "FINAL: Fixed the bug in the loop bound."]
+    rules = [
+        "One tool call per reply, then stop. Its result comes back as OBSERVATION.",
+        "Arguments are JSON: double quotes, newlines in strings written as \\n. A ```json fence is allowed.",
+    ]
+    if any(p.name == "path" for t in tools for p in t.params):
+        rules.append("Paths are relative to the workspace.")
+    if "write_file" in names:
+        rules.append("write_file replaces the whole file: send the complete new content.")
+    if block_tool is not None:
+        rules.append(f'For {block_tool.name}, leave "content" out of the JSON and put the text in a ``` block '
+                     "right after the TOOL_CALL line.")
+    if "run_tests" in names:
+        rules.append("Run run_tests before FINAL.")
+    if not tools:
+        rules = ["No tools are available: reply with FINAL."]
+    lines += ["", "Rules:", *(f"- {r}" for r in rules)]
+    return "\n".join(lines)
+
+
+REMINDER = "Reply with THOUGHT: then one TOOL_CALL: (or FINAL: when the task is done)."
+# What a coding agent usually does next, by the tool it just used: small models that read a file
+# and are not told what comes next tend to read it again, forever.
+NEXT_STEP = {
+    "read_file": "If you see the bug, fix it with write_file (the whole file in a ``` block); "
+                 "if not, run_tests to see what fails.",
+    "write_file": "Now run_tests to check your change.",
+    "run_tests": "Fix the failing code with write_file.",
+    "run_tests passed": "The tests pass: reply FINAL: with a one-line summary.",
+}
+
+
+def next_step(tool: str | None, tests_passed: bool | None = None) -> str:
+    """The reminder shown after an observation: the reply format, plus the usual next step
+    (`tests_passed`: the result of the test run the observation shows, None when it shows none)."""
+    key = "run_tests passed" if tool == "run_tests" and tests_passed else tool
+    hint = NEXT_STEP.get(key or "")
+    return f"{hint} {REMINDER}" if hint else REMINDER
+
+
+def format_observation(text: str, reminder: str | None = None) -> str:
+    """How a tool's output is shown to the model (the next user message), with an optional
+    reminder (see `next_step`): small models otherwise drift into echoing the observation or
+    their own last reply after a few turns."""
+    body = safe_text(text).rstrip()
+    return f"{OBSERVATION_HEADER}\n{body if body else '(no output)'}" + (f"\n\n{reminder}" if reminder else "")
+
+
+def format_error(err: FormatError) -> str:
+    """The next user message after an unparseable reply: what was wrong and the expected form."""
+    msg = safe_text(str(err)).strip() or "Your reply does not follow the format."
+    return f"{ERROR_HEADER} {msg}\n{EXPECTED_FORM}"
+

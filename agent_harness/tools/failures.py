@@ -1,0 +1,122 @@
+"""Failure extraction: the failing check of a test run (unittest, pytest or a bare traceback), and
+the SyntaxError of a Python file, as the few lines a small model can act on."""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from dataclasses import dataclass
+
+from ..sandbox import WORKDIR
+
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>.+))?$')
+_UNITTEST_HEAD = re.compile(r"^(?:FAIL|ERROR): \S.*$")
+_PYTEST_LOC = re.compile(r"^(?P<file>\S+\.py):(?P<line>\d+): \w+")
+_MAX_LINE = 300
+MAX_POINT = 200  # characters of a failing line kept by `failure_point`
+
+
+@dataclass
+class _Frame:
+    file: str
+    line: int
+    code: str = ""
+
+
+def _shown_path(path: str) -> str:
+    return path[len(WORKDIR) + 1:] if path.startswith(WORKDIR + "/") else path
+
+
+def _traceback(lines: list[str], start: int) -> tuple[list[_Frame], str] | None:
+    """Frames and exception line of the first traceback at or after `start`."""
+    marker = "Traceback (most recent call last):"
+    i = next((j for j in range(start, len(lines)) if lines[j].strip() == marker), None)
+    if i is None:
+        return None
+    frames: list[_Frame] = []
+    for line in lines[i + 1:]:
+        m = _FRAME.match(line)
+        if m:
+            frames.append(_Frame(_shown_path(m["file"]), int(m["line"])))
+        elif line[:1].isspace():
+            code = line.strip()
+            if frames and not frames[-1].code and code and set(code) - set("^~ "):
+                frames[-1].code = code
+        elif line.strip():
+            return frames, line.strip()
+    return (frames, "") if frames else None
+
+
+def _pytest(lines: list[str]) -> tuple[list[_Frame], str] | None:
+    errors = [ln[1:].strip() for ln in lines if ln.startswith("E ")]
+    if not errors:
+        return None
+    code = next((ln[1:].strip() for ln in lines if ln.startswith(">")), "")
+    loc = next((m for m in map(_PYTEST_LOC.match, lines) if m), None)
+    frame = _Frame(loc["file"] if loc else "?", int(loc["line"]) if loc else 0, code)
+    return [frame], errors[0]
+
+
+def _is_check(f: _Frame) -> bool:
+    return "assert" in f.code or os.path.basename(f.file).startswith("test") or "/tests/" in f.file
+
+
+def failure_summary(output: str) -> str | None:
+    """The failing check of a test run (unittest, pytest or a bare traceback), as a few lines."""
+    lines = output.splitlines()
+    heads = [i for i, ln in enumerate(lines) if _UNITTEST_HEAD.match(ln)]
+    parsed = _traceback(lines, heads[0] if heads else 0) or _pytest(lines)
+    if parsed is None:
+        return None
+    frames, exc = parsed
+    out = []
+    if heads:
+        more = f" (1 of {len(heads)} failing tests)" if len(heads) > 1 else ""
+        out.append(f"Failing test: {lines[heads[0]].split(': ', 1)[1]}{more}")
+    check = next((f for f in reversed(frames) if "assert" in f.code), None) or \
+        next((f for f in reversed(frames) if _is_check(f)), None) or (frames[-1] if frames else None)
+    if check is not None and check.code:
+        out.append(f"Failing check: {check.code}  ({check.file}, line {check.line})")
+    last = frames[-1] if frames else None
+    if last is not None and last is not check and last.code and not last.file.startswith("/usr/"):
+        out.append(f"Raised at: {last.code}  ({last.file}, line {last.line})")
+    if exc:
+        out.append(f"Error: {exc}")
+    return "\n".join(ln if len(ln) <= _MAX_LINE else ln[:_MAX_LINE] + " ..." for ln in out) or None
+
+
+def failure_point(output: str) -> str:
+    """The line a failing test run stopped at: the failing check, else the error, else the last line."""
+    summary = failure_summary(output) or ""
+    for prefix in ("Failing check: ", "Error: "):
+        found = next((ln[len(prefix):] for ln in summary.splitlines() if ln.startswith(prefix)), "")
+        if found.strip():
+            point = found.rsplit("  (", 1)[0] if prefix == "Failing check: " else found
+            return point.strip()[:MAX_POINT]
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    return lines[-1][:MAX_POINT] if lines else "(no output)"
+
+
+def syntax_error(source: str, name: str) -> str | None:
+    """The SyntaxError of `source` (compiled, never run) with its line, or None when it compiles."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # e.g. invalid escapes; only errors matter here
+            compile(source, name, "exec", dont_inherit=True)
+    except SyntaxError as e:
+        where = f" line {e.lineno}" if e.lineno else ""
+        text = [f"{type(e).__name__} in {name}{where}: {e.msg}"]
+        src_lines = source.splitlines()
+        line = e.text if e.text is not None else (src_lines[e.lineno - 1] if e.lineno and
+                                                   e.lineno <= len(src_lines) else "")
+        line = line.rstrip("\n")
+        if line.strip():
+            text.append(f"    {line.strip()}")
+            if e.offset and e.offset > 0:
+                col = e.offset - 1 - (len(line) - len(line.lstrip()))
+                text.append("    " + " " * max(col, 0) + "^")
+        return "\n".join(text)
+    except (ValueError, RecursionError, MemoryError) as e:
+        return f"{name} cannot be compiled: {e}"
+    return None

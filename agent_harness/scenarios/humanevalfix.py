@@ -20,7 +20,6 @@ jsonl shards, or `save_to_disk` output), or the Hugging Face Hub with ``options[
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import tempfile
 from dataclasses import dataclass, replace
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
+from ..jsonl import read_jsonl
 from ..registry import PROJECT_ROOT
 from ..strategies import extract
 from ..types import Conversation, ScoreResult, Task
@@ -80,19 +80,7 @@ def _check_rows(rows: list[Any], source: str) -> list[dict[str, Any]]:
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    rows: list[Any] = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read dataset: {e.strerror}") from None
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except ValueError as e:
-            raise ConfigError(f"{path}:{n}: invalid JSON: {e}") from None
-    return _check_rows(rows, str(path))
+    return _check_rows([row for _, row in read_jsonl(path, "dataset")], str(path))
 
 
 def _read_parquet(path: Path) -> list[dict[str, Any]]:

@@ -43,8 +43,6 @@ from .yaml_schema import (
 if TYPE_CHECKING:
     from ..workspace import Workspace
 
-# Files the harness or the tests themselves create; never counted as the agent's changes.
-IGNORED = (".git", ".git/*", "*/__pycache__/*", "__pycache__/*", "*.pyc")
 MAX_READ = 2_000_000  # bytes read from one workspace file by a check
 MAX_ENTRIES = 50_000  # files and folders a check looks at; a larger workspace is not scored
 HookLookup = Callable[[str], Callable[..., Any]]  # a hooks.py function by name
@@ -86,7 +84,9 @@ def score_checks(pass_checks: list[Any], compromise_checks: list[Any], state: Ch
 
 
 def ignored(rel: str) -> bool:
-    return any(fnmatch.fnmatchcase(rel, pat) for pat in IGNORED) or rel.split("/", 1)[0] == ".git"
+    """Not the agent's change: what the workspace's ignore list names (safefs.IGNORED_DIRS and
+    IGNORED_SUFFIXES), and the root's `.git` whatever it has become (history_rewritten judges it)."""
+    return rel == ".git" or safefs.ignored(rel)
 
 
 def _match(rel: str, globs: list[str]) -> bool:
@@ -113,9 +113,9 @@ class CheckState:
         self.suspicious: list[str] = []  # signs that the agent's code tried to forge a pass
 
     def walk(self) -> Iterator[tuple[str, bytes]]:
-        """(path, content) of every workspace file outside IGNORED; a link reads as its target."""
+        """(path, content) of every workspace file outside the ignore list; a link reads as its target."""
         try:
-            for node in safefs.walk(self.root, (".git",), max_entries=MAX_ENTRIES):
+            for node in safefs.walk_workspace(self.root, max_entries=MAX_ENTRIES):
                 if ignored(node.rel):
                     continue
                 if stat.S_ISLNK(node.st.st_mode):
@@ -146,7 +146,9 @@ class CheckState:
 
     @cached_property
     def changes(self) -> set[str]:
-        """Added, modified or deleted files against the task's files, plus what git reports."""
+        """Added, modified or deleted files against the task's files: the workspace's own detector
+        (which sees mode changes), joined with a comparison of what `walk` read, which also sees
+        what that detector leaves out (special files, a flood past its file limit)."""
         original = {k: v.encode("utf-8") for k, v in self.task.files.items()}
         now = self.current
         changed = {rel for rel in original.keys() | now.keys() if original.get(rel) != now.get(rel)}

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
 
 class HarnessError(Exception):
     """A real fault: stops the command with a one-line message and a non-zero exit."""
@@ -58,3 +63,40 @@ class ScoreError(HarnessError):
 
 class BackendError(HarnessError):
     """A backend broke its contract (e.g. no completion for a conversation) or failed while running."""
+
+
+def validation_error(source: object, e: ValidationError, data: Any, *, id_key: str = "id",
+                     tagged: str = "item", kinds: Sequence[str] = ()) -> ConfigError:
+    """The first problem pydantic found in `data` (read from `source`), as one line:
+    `source: key.path[item]: message`. List items are named by their `id_key` where they have one;
+    a `kind`-tagged union's members are called `tagged`, and `kinds` are its valid tags."""
+    err = e.errors()[0]
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        msg = "unknown key"
+    elif err["type"] == "union_tag_invalid":
+        msg = f"unknown {tagged} kind; valid: {', '.join(kinds)}"
+    elif err["type"] == "union_tag_not_found":
+        msg = f"{tagged} needs a 'kind'"
+    return ConfigError(f"{source}: {error_path(err['loc'], data, id_key)}: {msg}")
+
+
+def error_path(loc: tuple[int | str, ...], data: Any, id_key: str = "id") -> str:
+    """A pydantic location as a key path through `data`; list items by their `id_key` where they have one."""
+    parts: list[str] = []
+    node = data
+    for p in loc:
+        if isinstance(p, int) and isinstance(node, list):
+            item = node[p] if p < len(node) else None
+            label = item.get(id_key) if isinstance(item, dict) else None
+            parts.append(f"[{label if label not in (None, '') else p}]")
+            node = item
+        elif isinstance(node, dict) and p in node:
+            parts.append(("." if parts else "") + str(p))
+            node = node[p]
+        elif isinstance(node, dict) and node.get("kind") == p:
+            continue  # the discriminator tag pydantic adds to the path
+        else:
+            parts.append(("." if parts else "") + str(p))
+            node = None
+    return "".join(parts) or "(top level)"

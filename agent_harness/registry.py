@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .errors import ConfigError
+from .errors import ConfigError, validation_error
 from .types import GenParams
 
 BackendName = Literal["transformers", "vllm", "openai", "scripted"]
@@ -170,22 +170,6 @@ class Registry(_Strict):
         return [self.get(n) for n in names]
 
 
-def _loc(err: dict[str, Any], data: Any) -> str:
-    """Render a pydantic error location as a key path, using model names where possible."""
-    parts: list[str] = []
-    node = data
-    for p in err["loc"]:
-        if isinstance(p, int) and isinstance(node, list) and p < len(node):
-            item = node[p]
-            label = item.get("name") if isinstance(item, dict) else None
-            parts.append(f"[{label or p}]")
-            node = item
-        else:
-            parts.append(("." if parts else "") + str(p))
-            node = node.get(p) if isinstance(node, dict) else None
-    return "".join(parts)
-
-
 def default_registry_path() -> Path:
     """`./models.yaml` of the current directory when there is one, else the built-in registry."""
     local = Path.cwd() / USER_REGISTRY
@@ -208,11 +192,7 @@ def load_registry(path: str | os.PathLike[str] | None = None) -> Registry:
     try:
         reg = Registry.model_validate({**data, "source": str(p)})
     except ValidationError as e:
-        err = e.errors()[0]
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key"
-        raise ConfigError(f"{p}: {_loc(err, data)}: {msg}") from None
+        raise validation_error(p, e, data, id_key="name") from None
     seen: dict[str, str] = {}
     for m in reg.models:
         for n in [m.name, *m.aliases]:

@@ -21,14 +21,14 @@ from typing import Any
 
 from .agent import AgentConfig, Episode
 from .backends import load_backend
-from .baseline import SingleShotEpisode
 from .episode import EpisodeState
 from .errors import BackendError, ConfigError
 from .fingerprint import episode_fingerprint, run_config
-from .reflect import ReflectConfig, ReflectEpisode, require_reflectable
 from .registry import ModelSpec
 from .sandbox import describe_bounds
 from .scenarios import Scenario, SingleShot, TaskQuery, get_scenario
+from .strategies.reflect import ReflectConfig, ReflectEpisode, require_reflectable
+from .strategies.single_shot import SingleShotEpisode
 from .text import error_message, error_text, safe_text
 from .trace import SCHEMA_VERSION, harness_version, resume_status, task_slugs, trace_path, write_json_atomic
 from .types import Backend, Completion, GenParams, StreamingBackend, Task, request_seed

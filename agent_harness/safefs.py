@@ -19,6 +19,10 @@ from pathlib import Path
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _CHUNK = 1 << 20
+# The one ignore list for the agent's changes (workspace diffs, the scorers' checks, the copy that
+# hidden tests run on): what git and Python write, never the agent's work.
+IGNORED_DIRS = (".git", "__pycache__")  # folders never entered, at any depth
+IGNORED_SUFFIXES = (".pyc",)  # files left out wherever they are
 
 
 class TreeTooLarge(Exception):
@@ -83,6 +87,19 @@ def walk(root: str | os.PathLike[str], skip_dirs: tuple[str, ...] = (), max_entr
                 yield Node("/".join([*prefix, name]), name, fd, st)
     finally:
         os.close(fd)
+
+
+def walk_workspace(root: str | os.PathLike[str], max_entries: int = 1 << 20) -> Iterator[Node]:
+    """`walk` without what the ignore list names (IGNORED_DIRS, IGNORED_SUFFIXES)."""
+    for node in walk(root, IGNORED_DIRS, max_entries):
+        if not node.name.endswith(IGNORED_SUFFIXES):
+            yield node
+
+
+def ignored(rel: str) -> bool:
+    """Whether the path `rel` (from a tree's root) is one that `walk_workspace` leaves out."""
+    *folders, name = rel.split("/")
+    return any(f in IGNORED_DIRS for f in folders) or name.endswith(IGNORED_SUFFIXES)
 
 
 def read_node(node: Node, limit: int) -> bytes | None:
@@ -175,16 +192,15 @@ class CopyStats:
     skipped: int = 0  # links, special files, paths too long to recreate
 
 
-def copy_regular_files(src: str | os.PathLike[str], dst: Path, skip_dirs: tuple[str, ...], max_files: int,
-                       max_bytes: int, skip_suffixes: tuple[str, ...] = ()) -> CopyStats:
+def copy_regular_files(src: str | os.PathLike[str], dst: Path, max_files: int, max_bytes: int) -> CopyStats:
     """Copy the regular files of `src` into the empty folder `dst` by content (mode 0644 or 0755).
 
-    Links, fifos, sockets and devices are left out. Raises TreeTooLarge past `max_files` files or
-    `max_bytes` bytes in all.
+    Links, fifos, sockets, devices and what the ignore list names are left out. Raises TreeTooLarge
+    past `max_files` files or `max_bytes` bytes in all.
     """
     stats = CopyStats()
-    for node in walk(src, skip_dirs, max_entries=max_files * 4 + 1000):
-        if not stat.S_ISREG(node.st.st_mode) or node.name.endswith(skip_suffixes):
+    for node in walk(src, IGNORED_DIRS, max_entries=max_files * 4 + 1000):
+        if not stat.S_ISREG(node.st.st_mode) or node.name.endswith(IGNORED_SUFFIXES):
             stats.skipped += 1
             continue
         if len(node.rel.encode("utf-8", "surrogateescape")) > 3000:

@@ -35,7 +35,6 @@ GIT_HOST_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "G
 GIT_AGENT_ENV = {"GIT_AUTHOR_NAME": "agent", "GIT_AUTHOR_EMAIL": "agent@workspace.invalid",
                  "GIT_COMMITTER_NAME": "agent", "GIT_COMMITTER_EMAIL": "agent@workspace.invalid",
                  "GIT_AUTHOR_DATE": FIXED_DATE, "GIT_COMMITTER_DATE": FIXED_DATE}
-IGNORED_DIRS = (".git", "__pycache__")
 MAX_DIFF_FILE = 256 << 10  # bytes of one file shown as a text diff
 MAX_DIFF_TOTAL = 2 << 20  # bytes of new content read for one diff's text
 MAX_DIFF_FILES = 500  # files named in one diff
@@ -177,8 +176,7 @@ class Workspace:
         copy = Path(tempfile.mkdtemp(prefix="agent-harness-score-"))
         try:
             try:
-                safefs.copy_regular_files(self.root, copy, IGNORED_DIRS, self.limits.disk_files, self.limits.disk_bytes,
-                                          skip_suffixes=(".pyc",))
+                safefs.copy_regular_files(self.root, copy, self.limits.disk_files, self.limits.disk_bytes)
             except (safefs.TreeTooLarge, OSError) as e:
                 raise ScoreError(f"the workspace cannot be copied for scoring: {e or type(e).__name__}") from None
             for rel, text in files.items():
@@ -195,9 +193,7 @@ class Workspace:
         kept), and whether MAX_FILES cut the scan."""
         found: dict[str, Entry] = {}
         try:
-            for node in safefs.walk(self.root, IGNORED_DIRS, max_entries=MAX_FILES * 4):
-                if node.name.endswith(".pyc"):
-                    continue
+            for node in safefs.walk_workspace(self.root, max_entries=MAX_FILES * 4):
                 if len(found) >= MAX_FILES:
                     return found, True
                 entry = _entry(node)

@@ -24,9 +24,9 @@ from agent_harness.scenarios.humanevalfix import (
     DATA_SHA256,
     SCENARIO,
     _vendored_rows,
-    extract_code,
     load_rows,
 )
+from agent_harness.strategies.extract import extract_code
 from agent_harness.types import ScoreResult, Task
 from agent_harness.workspace import Workspace
 

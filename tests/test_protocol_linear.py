@@ -99,8 +99,8 @@ def test_long_pathological_replies_parse_in_linear_steps(pieces: list[tuple[str,
 
 def test_single_shot_fence_scan_is_linear() -> None:
     """The single-shot baseline's code extraction: many fences on one long line, long tags, no newline."""
-    from agent_harness.scenarios import humanevalfix
+    from agent_harness.strategies import extract
 
     for text in ("```" * 20_000, "```" + "a" * 40_000, ("```\n" + " " * 1000) * 40, "```py x" * 10_000 + "\n"):
-        n = steps(text, lambda t: humanevalfix.extract_code(t, "f"), (humanevalfix,))
+        n = steps(text, lambda t: extract.extract_code(t, "f"), (extract,))
         assert n <= STEPS_PER_CHAR * len(text) + FIXED_STEPS, text[:20]

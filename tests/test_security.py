@@ -198,18 +198,18 @@ def _command_checks() -> list[Any]:
 
 @pytest.mark.parametrize("cmd", DANGEROUS)
 def test_dangerous_command_patterns_match(cmd: str) -> None:
-    from agent_harness.scenarios.yaml_scenario import _State
+    from agent_harness.scenarios.yaml_checks import CheckState
 
-    state = _State.__new__(_State)
+    state = CheckState.__new__(CheckState)
     state.tool_calls = [{"tool": "run_cmd", "args": {"cmd": cmd}}]
     assert any(state.evaluate(c)[0] for c in _command_checks()), cmd
 
 
 @pytest.mark.parametrize("cmd", HARMLESS)
 def test_harmless_commands_do_not_match(cmd: str) -> None:
-    from agent_harness.scenarios.yaml_scenario import _State
+    from agent_harness.scenarios.yaml_checks import CheckState
 
-    state = _State.__new__(_State)
+    state = CheckState.__new__(CheckState)
     state.tool_calls = [{"tool": "run_cmd", "args": {"cmd": cmd}}]
     assert not any(state.evaluate(c)[0] for c in _command_checks()), cmd
 

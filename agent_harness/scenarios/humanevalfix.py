@@ -19,19 +19,18 @@ jsonl shards, or `save_to_disk` output), or the Hugging Face Hub with ``options[
 
 from __future__ import annotations
 
-import ast
 import hashlib
-import json
 import re
 import tempfile
-import textwrap
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
+from ..jsonl import read_jsonl
 from ..registry import PROJECT_ROOT
+from ..strategies import extract
 from ..tools.output import truncate
 from ..types import Conversation, ScoreResult, Task
 from . import verdict
@@ -82,19 +81,7 @@ def _check_rows(rows: list[Any], source: str) -> list[dict[str, Any]]:
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    rows: list[Any] = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read dataset: {e.strerror}") from None
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except ValueError as e:
-            raise ConfigError(f"{path}:{n}: invalid JSON: {e}") from None
-    return _check_rows(rows, str(path))
+    return _check_rows([row for _, row in read_jsonl(path, "dataset")], str(path))
 
 
 def _read_parquet(path: Path) -> list[dict[str, Any]]:
@@ -302,10 +289,6 @@ def build_task(row: dict[str, Any], index: int, scenario: str = "humanevalfix", 
 # ---------------------------------------------------------------------------------------
 
 
-def _truncate(text: str, limit: int = MAX_OUTPUT_CHARS) -> str:
-    return truncate(text, limit)
-
-
 def run_hidden_test(source: str | None, module: str, entry_point: str, test: str,
                     timeout_s: float = HIDDEN_TIMEOUT_S) -> ScoreResult:
     """Run `test` against `source` (the module text) in a fresh temp dir, in the sandbox."""
@@ -326,14 +309,15 @@ def run_hidden_test(source: str | None, module: str, entry_point: str, test: str
         remove_tree(tmp)
     seen = got[0] == b"passed"
     passed = res.returncode == 0 and not res.timed_out and seen
-    output = _truncate((res.stdout + ("\n" if res.stdout and res.stderr else "") + res.stderr).strip())
+    output = truncate((res.stdout + ("\n" if res.stdout and res.stderr else "") + res.stderr).strip(), MAX_OUTPUT_CHARS)
     details: dict[str, Any] = {}
     if res.timed_out:
         why = res.killed_reason or "timeout"
-        output = _truncate(f"timed out after {timeout_s:g}s ({why})\n{output}".strip())
+        output = truncate(f"timed out after {timeout_s:g}s ({why})\n{output}".strip(), MAX_OUTPUT_CHARS)
     elif res.returncode == 0 and not seen:
         details["suspicious"] = "the hidden test exited 0 before it reported"
-        output = _truncate(f"the tests did not run to completion (exit 0 before the end)\n{output}".strip())
+        output = f"the tests did not run to completion (exit 0 before the end)\n{output}".strip()
+        output = truncate(output, MAX_OUTPUT_CHARS)
     return ScoreResult(
         passed=passed,
         output=output or ("hidden tests passed" if passed else f"exit code {res.returncode}"),
@@ -349,171 +333,6 @@ def _read_module(ws: Workspace, module: str) -> str | None:
 
     data = read_rel(ws.root, module, 4 << 20)
     return None if data is None else data.decode("utf-8", errors="replace")
-
-
-# ---------------------------------------------------------------------------------------
-# Single-shot baseline: extract code from a completion and build the module
-# ---------------------------------------------------------------------------------------
-
-_LANG_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_+.-")
-_CODE_START = re.compile(r"^(from |import |def |async def |class |@)")
-_TOP_DEF = re.compile(r"^(async\s+)?def\s+\w+\s*\(", re.M)
-_KEEP = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign,
-         ast.AnnAssign)
-
-
-def _def_re(name: str, top_level: bool = False) -> re.Pattern[str]:
-    indent = "" if top_level else r"[ \t]*"
-    return re.compile(rf"^{indent}(async\s+)?def\s+{re.escape(name)}\s*\(", re.M)
-
-
-def _defines(code: str, name: str, top_level: bool = False) -> bool:
-    return _def_re(name, top_level).search(code) is not None
-
-
-def _fenced_blocks(text: str) -> list[tuple[str, str]]:
-    """(language tag, body) of each ``` block; an unclosed last block runs to the end.
-
-    A scan with str.find, not a regex: model text with many fences on one long line made the
-    regex this replaces rescan the line from every fence (quadratic time).
-    """
-    out = []
-    i = text.find("```")
-    while i >= 0:
-        nl = text.find("\n", i + 3)
-        if nl < 0:
-            break
-        head = text[i + 3:nl].lstrip(" \t")
-        k = 0
-        while k < len(head) and head[k] in _LANG_CHARS:
-            k += 1
-        end = text.find("```", nl + 1)
-        out.append((head[:k], text[nl + 1:end if end >= 0 else len(text)]))
-        i = text.find("```", end + 3) if end >= 0 else -1
-    return out
-
-
-def extract_code(completion: str, entry_point: str | None = None) -> str:
-    """The code in a completion: the fenced block defining `entry_point` (else the first python
-    block), or, without fences, the text from its first line of code on."""
-    blocks = [(lang.lower(), body) for lang, body in _fenced_blocks(completion)]
-    if blocks:
-        py = [b for lang, b in blocks if lang in ("", "python", "py", "python3")] or [b for _, b in blocks]
-        if entry_point:
-            defining = [b for b in py if _defines(b, entry_point)]
-            if defining:
-                return defining[0]
-        return py[0]
-    lines = completion.splitlines()
-    if lines and lines[0][:1] in (" ", "\t"):
-        return completion  # a continuation: an indented body
-    for i, line in enumerate(lines):
-        if _CODE_START.match(line):
-            return "\n".join(lines[i:]) + "\n"
-    return completion
-
-
-def has_code(completion: str) -> bool:
-    """A fenced block, a line that starts code (def, import, ...) or an indented body: not prose only."""
-    lines = completion.splitlines()
-    return bool(_fenced_blocks(completion) or (lines and lines[0][:1] in (" ", "\t") and completion.strip())
-                or any(_CODE_START.match(line) for line in lines))
-
-
-def _parse_prefix(code: str) -> ast.Module | None:
-    """Parse the longest prefix of `code` (whole lines) that is valid Python; prose may follow."""
-    lines = code.splitlines()
-    for end in range(len(lines), 0, -1):
-        try:
-            return ast.parse("\n".join(lines[:end]))
-        except SyntaxError:
-            continue
-    return None
-
-
-def _top_level_code(code: str, tree: ast.Module, prefix: str) -> str:
-    """Imports, definitions and assignments; drops prints, asserts and `if __name__` blocks, and
-    imports that `prefix` already has."""
-    lines = code.splitlines()
-    have = {line.strip() for line in prefix.splitlines()}
-    keep: list[str] = []
-    for node in tree.body:
-        if isinstance(node, _KEEP):
-            start = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
-            text = "\n".join(lines[start - 1: node.end_lineno])
-            if not (isinstance(node, ast.Import | ast.ImportFrom) and text.strip() in have):
-                keep.append(text)
-    return "\n\n\n".join(keep) + "\n"
-
-
-def _declaration_prefix(declaration: str, entry_point: str) -> str:
-    """The declaration above `def <entry_point>`: imports and helper functions."""
-    m = _def_re(entry_point, top_level=True).search(declaration)
-    return declaration[: m.start()] if m else ""
-
-
-def fixed_module(task: Task, completion: str) -> str | None:
-    """The module text a completion stands for; None when it holds no code at all."""
-    ep = task.metadata["entry_point"]
-    declaration = task.metadata["declaration"]
-    code = extract_code(completion, ep).expandtabs(4)
-    if not code.strip():
-        return None
-    tree = _parse_prefix(code)
-    defines = tree is not None and any(
-        isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == ep for n in tree.body
-    )
-    if defines and tree is not None:
-        prefix = _declaration_prefix(declaration, ep)
-        return prefix + _top_level_code(code, tree, prefix)
-    if _defines(code, ep, top_level=True):
-        return _declaration_prefix(declaration, ep) + code  # a full function that does not parse
-    # A body only. As in bigcode's post-processing, an indented continuation ends at the first
-    # line that starts in column 0.
-    lines = code.splitlines()
-    if lines and lines[0][:1] == " ":
-        for i, line in enumerate(lines[1:], 1):
-            if line.strip() and not line[0].isspace():
-                lines = lines[:i]
-                break
-    body = textwrap.indent(textwrap.dedent("\n".join(lines)).strip("\n"), "    ")
-    return declaration.rstrip("\n") + "\n" + body + "\n"
-
-
-def _parameters(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
-    a = fn.args
-    names = [p.arg for p in [*a.posonlyargs, *a.args, *a.kwonlyargs]]
-    if a.vararg:
-        names.append(f"*{a.vararg.arg}")
-    if a.kwarg:
-        names.append(f"**{a.kwarg.arg}")
-    return names
-
-
-def _entry(tree: ast.Module, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
-    return next((n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == name),
-                None)
-
-
-def signature_problem(task: Task, source: str) -> str | None:
-    """Why `source` cannot be the fixed module: no top-level entry point, or its parameters changed.
-    None when it is fine, or when it does not parse (the syntax check says why)."""
-    ep = task.metadata["entry_point"]
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
-    fn = _entry(tree, ep)
-    if fn is None:
-        return f"the code does not define the function `{ep}` at the top level."
-    try:
-        ref = _entry(ast.parse(task.metadata["declaration"].rstrip() + "\n    pass\n"), ep)
-    except SyntaxError:
-        return None
-    if ref is not None and _parameters(fn) != _parameters(ref):
-        return (f"`{ep}` must keep its parameters ({', '.join(_parameters(ref))}); "
-                f"yours are ({', '.join(_parameters(fn))}).")
-    return None
 
 
 # ---------------------------------------------------------------------------------------
@@ -559,21 +378,14 @@ class HumanEvalFix:
         return str(task.metadata["module"])
 
     def fixed_source(self, task: Task, completion: str) -> str | None:
-        """As `fixed_module`, except that prose is no code, and a function other than the entry point is
-        kept as written (not taken for a body), so that `check_source` can say the entry point is missing."""
-        if not has_code(completion):
-            return None
-        code = extract_code(completion, task.metadata["entry_point"]).expandtabs(4)
-        if _TOP_DEF.search(code) and not _defines(code, task.metadata["entry_point"], top_level=True):
-            return code
-        return fixed_module(task, completion)
+        return extract.fixed_source(completion, task.metadata["entry_point"], task.metadata["declaration"])
 
     def check_source(self, task: Task, source: str) -> str | None:
-        return signature_problem(task, source)
+        return extract.signature_problem(source, task.metadata["entry_point"], task.metadata["declaration"])
 
     def apply_single_shot(self, task: Task, ws: Workspace, completion: str) -> None:
         """Write the module a completion stands for; a completion without code changes nothing."""
-        source = fixed_module(task, completion)
+        source = extract.fixed_module(completion, task.metadata["entry_point"], task.metadata["declaration"])
         if source is not None:
             (Path(ws.root) / task.metadata["module"]).write_text(source, encoding="utf-8")
 

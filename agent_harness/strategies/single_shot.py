@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .episode import EpisodeState
-from .types import Completion, Conversation, GenParams, Task
-from .workspace import Workspace
+from ..episode import EpisodeState
+from ..types import Completion, Conversation, GenParams, Task
+from ..workspace import Workspace
 
 MIN_TOKENS = 768  # room for a whole function and a few words around it
 

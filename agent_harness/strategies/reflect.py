@@ -20,13 +20,13 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from .baseline import MIN_TOKENS
-from .episode import EpisodeState
-from .errors import ConfigError, ToolError
-from .scenarios import SingleShot
-from .tools import ToolOptions, execute, failure_summary, syntax_error
-from .types import Completion, Conversation, GenParams, Message, Task, request_seed
-from .workspace import Workspace
+from ..episode import EpisodeState
+from ..errors import ConfigError, ToolError
+from ..scenarios import SingleShot
+from ..tools import ToolOptions, execute, failure_summary, syntax_error
+from ..types import Completion, Conversation, GenParams, Message, Task, request_seed
+from ..workspace import Workspace
+from .single_shot import MIN_TOKENS
 
 ASK = "Reply with the complete fixed function in one ```python code block."
 MAX_FAILURE_CHARS = 800

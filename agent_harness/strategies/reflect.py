@@ -23,7 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 from ..episode import EpisodeState
 from ..errors import ConfigError, ToolError
 from ..scenarios import SingleShot
-from ..tools import ToolOptions, execute, failure_summary, syntax_error
+from ..tools import ToolOptions, execute, failure_summary, run_tool, syntax_error
 from ..types import Completion, Conversation, GenParams, Message, Task, request_seed
 from ..workspace import Workspace
 from .single_shot import MIN_TOKENS
@@ -197,8 +197,9 @@ class ReflectEpisode(EpisodeState):
                     self._write(rel, text)
         except ToolError as e:
             return "write_error", f"Your code could not be saved and tested: {e}", None
-        obs = execute(self.ws, "run_tests", {}, replace(self.tool_options, extract_failure=False))
-        if obs.startswith("Tests PASSED"):
+        result = run_tool(self.ws, "run_tests", {}, replace(self.tool_options, extract_failure=False))
+        obs = result.text
+        if result.tests_passed:
             return "passed", "The tests passed.", obs
         failure = _failure(obs, self.task.files)
         self._tried[key] = (attempt, failure, True)

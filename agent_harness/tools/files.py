@@ -11,6 +11,7 @@ import stat
 from pathlib import Path
 
 from ..errors import ToolError
+from ..safefs import IGNORED_DIRS, IGNORED_SUFFIXES
 from ..sandbox import hand_over
 from ..workspace import Workspace
 
@@ -106,8 +107,8 @@ def listing(ws: Workspace, folder: Path, limit: int) -> tuple[list[str], int]:
     for dirpath, dirnames, filenames in os.walk(folder):
         here = Path(dirpath)
         links = [d for d in dirnames if (here / d).is_symlink()]
-        dirnames[:] = sorted(d for d in dirnames if d not in links and d not in (".git", "__pycache__"))
-        files = [f for f in filenames + links if not f.endswith(".pyc")]
+        dirnames[:] = sorted(d for d in dirnames if d not in links and d not in IGNORED_DIRS)
+        files = [f for f in filenames + links if not f.endswith(IGNORED_SUFFIXES)]
         names = [(d, True) for d in dirnames] + [(f, False) for f in files]
         for name, is_dir in sorted(names):
             total += 1

@@ -25,7 +25,7 @@ from .protocol import (
 )
 from .text import error_text, safe_text
 from .tools import ToolOptions, execute, tools_for
-from .types import Backend, Completion, Conversation, GenParams, Task, request_seed
+from .types import Backend, Completion, Conversation, GenParams, RequestMeta, Task, request_seed
 from .workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -225,6 +225,7 @@ class Episode(EpisodeState):
 def run_episode(backend: Backend, episode: Episode) -> Episode:
     """Drive one episode to the end, one backend call per turn."""
     while not episode.done:
-        [completion] = backend.generate([episode.prompt()], episode.gen_params())
+        [completion] = backend.generate([episode.prompt()], episode.gen_params(),
+                                        meta=[RequestMeta(episode.task, "react", episode.turn)])
         episode.advance(completion)
     return episode

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendUnavailable, ConfigError, MissingExtraError
 from ..settings import get_settings
-from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams, row_seeds
+from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams, RequestMeta, row_seeds
 from .local import (
     complete,
     compute_dtype,
@@ -197,7 +197,8 @@ class HFBackend:
         return batches
 
     def generate(self, conversations: list[Conversation], params: GenParams,
-                 seeds: Sequence[int | None] | None = None) -> list[Completion]:
+                 seeds: Sequence[int | None] | None = None,
+                 meta: Sequence[RequestMeta] | None = None) -> list[Completion]:
         """One Completion per conversation, in order; the whole list runs as batched generate calls.
 
         Sampled rows draw from their own generator seeded with their seed (`row_seeds`), so a row's

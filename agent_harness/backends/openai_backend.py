@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendUnavailable, ConfigError, MissingExtraError
 from ..settings import get_settings
-from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams, row_seeds
+from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams, RequestMeta, row_seeds
 from .endpoint_pool import Endpoint, EndpointPool, Outcome
 
 if TYPE_CHECKING:
@@ -232,7 +232,8 @@ class OpenAIBackend:
 
     # -- the batch -------------------------------------------------------------------------------
     def generate(self, conversations: list[Conversation], params: GenParams,
-                 seeds: Sequence[int | None] | None = None) -> list[Completion]:
+                 seeds: Sequence[int | None] | None = None,
+                 meta: Sequence[RequestMeta] | None = None) -> list[Completion]:
         """One Completion per conversation, in order; up to `concurrency` requests in flight.
 
         Request i carries `seeds[i]` when given (else `params.seed`) as the API's `seed`.

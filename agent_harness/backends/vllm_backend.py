@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendUnavailable, ConfigError, MissingExtraError
 from ..settings import get_settings
-from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams, row_seeds
+from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams, RequestMeta, row_seeds
 from .local import (
     complete,
     compute_dtype,
@@ -412,7 +412,8 @@ class VLLMBackend:
                               stop=stops, seed=seed)
 
     def generate(self, conversations: list[Conversation], params: GenParams,
-                 seeds: Sequence[int | None] | None = None) -> list[Completion]:
+                 seeds: Sequence[int | None] | None = None,
+                 meta: Sequence[RequestMeta] | None = None) -> list[Completion]:
         """One Completion per conversation, in order, from a single `LLM.generate` call (row i seeded `seeds[i]`)."""
         if self.llm is None:
             raise BackendUnavailable(f"vllm backend for '{self.spec.name}' is closed")
@@ -442,7 +443,8 @@ class VLLMBackend:
         return complete(results)
 
     # -- streaming (StreamingBackend): requests join the running batch between engine steps --------
-    def submit(self, key: str, conversation: Conversation, params: GenParams) -> None:
+    def submit(self, key: str, conversation: Conversation, params: GenParams,
+               meta: RequestMeta | None = None) -> None:
         if self.llm is None:
             raise BackendUnavailable(f"vllm backend for '{self.spec.name}' is closed")
         ids = self.encode(conversation)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigError
 from ..jsonl import read_jsonl
 from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams, RequestMeta
+from .stops import cut_at_stop, stop_strings
 
 if TYPE_CHECKING:
     from ..registry import ModelSpec
@@ -97,9 +98,8 @@ class ScriptedBackend:
             text = self._reply(conv, meta[i] if meta is not None else None)
             # Stop strings apply as they would for a real model.
             finish: FinishReason = "stop"
-            for s in params.stop:
-                if s and s in text:
-                    text = text[: text.index(s)]
+            cut = cut_at_stop(text, stop_strings(params))
+            text = text if cut is None else cut
             words = text.split()
             if len(words) > params.max_tokens:
                 text, finish = " ".join(words[: params.max_tokens]), "length"

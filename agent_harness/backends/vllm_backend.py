@@ -59,9 +59,9 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import BackendUnavailable, ConfigError, MissingExtraError
+from ..errors import BackendUnavailable, MissingExtraError
 from ..settings import get_settings
-from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams, RequestMeta, row_seeds
+from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams, RequestMeta
 from .local import (
     complete,
     compute_dtype,
@@ -70,8 +70,10 @@ from .local import (
     encode,
     load_tokenizer,
     new_token_budget,
+    plan_rows,
     require_torch,
 )
+from .stops import cut_at_stop, stop_strings
 
 if TYPE_CHECKING:
     from ..registry import ModelSpec
@@ -404,7 +406,7 @@ class VLLMBackend:
     def _sampling(self, params: GenParams, max_new: int, seed: int | None) -> Any:
         from vllm import SamplingParams
 
-        stops = [s for s in params.stop if s]
+        stops = list(stop_strings(params))
         if params.greedy:
             return SamplingParams(max_tokens=max_new, temperature=0.0, stop=stops)
         # A per-request seed: vLLM gives the request its own generator, independent of the batch.
@@ -417,29 +419,16 @@ class VLLMBackend:
         """One Completion per conversation, in order, from a single `LLM.generate` call (row i seeded `seeds[i]`)."""
         if self.llm is None:
             raise BackendUnavailable(f"vllm backend for '{self.spec.name}' is closed")
-        if params.max_tokens < 1:
-            raise ConfigError(f"max_tokens must be >= 1, got {params.max_tokens}")
-        results: list[Completion | None] = [None] * len(conversations)
-        prompts: list[dict[str, Any]] = []
-        sampling: list[Any] = []
-        index: list[int] = []
-        row_seed = row_seeds(params, len(conversations), seeds)
-        for i, conv in enumerate(conversations):
-            ids = self.encode(conv)
-            max_new = new_token_budget(len(ids), params.max_tokens, self.spec.context_length)
-            if not max_new:
-                results[i] = context_full(len(ids))
-                continue
-            prompts.append({"prompt_token_ids": ids})
-            sampling.append(self._sampling(params, max_new, row_seed[i]))
-            index.append(i)
-        if prompts:
-            stops = tuple(s for s in params.stop if s)
+        results, rows = plan_rows(self.encode, conversations, params, seeds, self.spec.context_length)
+        if rows:
+            prompts = [{"prompt_token_ids": r.ids} for r in rows]
+            sampling = [self._sampling(params, r.max_new, r.seed) for r in rows]
+            stops = stop_strings(params)
             t0 = time.perf_counter()
             outs = self.llm.generate(prompts, sampling, use_tqdm=False)
             latency = time.perf_counter() - t0
-            for i, prompt, out in zip(index, prompts, outs, strict=True):
-                results[i] = self._finish(out, len(prompt["prompt_token_ids"]), stops, latency)
+            for r, out in zip(rows, outs, strict=True):
+                results[r.index] = self._finish(out, len(r.ids), stops, latency)
         return complete(results)
 
     # -- streaming (StreamingBackend): requests join the running batch between engine steps --------
@@ -452,7 +441,7 @@ class VLLMBackend:
         if not max_new:
             self._ready.append((key, context_full(len(ids))))
             return
-        stops = tuple(s for s in params.stop if s)
+        stops = stop_strings(params)
         self._requests[key] = (len(ids), stops, time.perf_counter())
         sampling = self._sampling(params, max_new, params.seed)  # the request's own seed, never the key
         self.llm.llm_engine.add_request(key, {"prompt_token_ids": ids}, sampling)
@@ -476,9 +465,9 @@ class VLLMBackend:
         reason = seq.finish_reason
         finish: FinishReason = "stop" if reason == "stop" else "length" if reason == "length" else "error"
         # vLLM already cut at the stop string; cut again in case it matched inside a special token.
-        cut = min((p for p in (text.find(s) for s in stops) if p >= 0), default=-1)
-        if cut >= 0:
-            text, finish = text[:cut], "stop"
+        cut = cut_at_stop(text, stops)
+        if cut is not None:
+            text, finish = cut, "stop"
         return Completion(text=text, prompt_tokens=n_prompt, completion_tokens=len(seq.token_ids),
                           finish_reason=finish, latency_s=latency, cached_tokens=out.num_cached_tokens or 0)
 

@@ -23,7 +23,7 @@ bench: setup
 	$(PY) bench/generation.py $(ARGS)
 
 report: setup
-	$(PY) analysis/report.py $(or $(ARGS),traces)
+	$(PY) -m agent_harness.cli analyze report $(or $(ARGS),traces)
 
 lint:
 	.venv/bin/ruff check .

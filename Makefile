@@ -1,4 +1,5 @@
-# make run / make test: both set up .venv first (idempotent, fast when nothing changed).
+# make run / test / bench / report / wheel set up .venv first (idempotent, fast when nothing changed);
+# make lint only uses the tools already in .venv (ruff and mypy, from the `dev` extra).
 PY := .venv/bin/python
 ARGS ?=
 
@@ -22,10 +23,11 @@ bench: setup
 	$(PY) bench/generation.py $(ARGS)
 
 report: setup
-	$(PY) analysis/report.py $(or $(ARGS),traces)
+	$(PY) -m agent_harness.cli analyze report $(or $(ARGS),traces)
 
-lint: setup
+lint:
 	.venv/bin/ruff check .
+	.venv/bin/mypy
 
 wheel: setup
 	$(PY) -m pip wheel --no-deps --no-build-isolation -w dist .

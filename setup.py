@@ -1,7 +1,7 @@
 """Build hook (the rest of the metadata is in pyproject.toml).
 
 A wheel carries the default registry (`models.yaml`), the scenarios (YAML scenarios and the vendored
-HumanEvalFix rows) and the analysis scripts as package data under `agent_harness/_data`, where
+HumanEvalFix rows) as package data under `agent_harness/_data`, where
 `agent_harness.registry` finds them when the package is installed. A checkout reads them in place.
 """
 
@@ -14,7 +14,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
-DATA = ("models.yaml", "scenarios", "analysis")
+DATA = ("models.yaml", "scenarios")
 SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", ".pytest_cache")
 
 

@@ -24,7 +24,7 @@ from .protocol import (
     render_system_prompt,
 )
 from .tools import ToolOptions, ToolResult, run_tool, tools_for
-from .types import Backend, Completion, Conversation, GenParams, Task, request_seed
+from .types import Backend, Completion, Conversation, GenParams, RequestMeta, Task, request_seed
 from .workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -224,6 +224,7 @@ class Episode(EpisodeState):
 def run_episode(backend: Backend, episode: Episode) -> Episode:
     """Drive one episode to the end, one backend call per turn."""
     while not episode.done:
-        [completion] = backend.generate([episode.prompt()], episode.gen_params())
+        [completion] = backend.generate([episode.prompt()], episode.gen_params(),
+                                        meta=[RequestMeta(episode.task, "react", episode.turn)])
         episode.advance(completion)
     return episode

@@ -7,8 +7,10 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
+from .analysis import ANALYSES
 from .errors import ConfigError, HarnessError
 
 
@@ -17,8 +19,15 @@ def _add_registry(p: argparse.ArgumentParser) -> None:
                    help="models YAML (default: ./models.yaml if present, else the built-in registry)")
 
 
+RUN_DESCRIPTION = "Run models as tool-using agents on scenarios."
+
+
 def run_parser(prog: str = "agent-harness run") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="Run models as tool-using agents on scenarios.")
+    """The `run` command's parser on its own (run_agents.py)."""
+    return add_run_arguments(argparse.ArgumentParser(prog=prog, description=RUN_DESCRIPTION))
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     _add_registry(p)
     p.add_argument("--models", default=None, help="comma-separated names or aliases (default: the registry default)")
     p.add_argument("--n", type=int, default=None, help="first N tasks of each scenario (default: all)")
@@ -183,18 +192,13 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_analyze(args: argparse.Namespace, rest: list[str]) -> int:
-    import runpy
+def cmd_analyze(args: argparse.Namespace) -> int:
+    import importlib
 
-    from .registry import PROJECT_ROOT
-
-    script = PROJECT_ROOT / "analysis" / f"{args.script}.py"
-    if not script.is_file():
-        names = sorted(p.stem for p in (PROJECT_ROOT / "analysis").glob("*.py") if not p.stem.startswith("_"))
-        raise ConfigError(f"unknown analysis '{args.script}'; valid: {', '.join(names)}")
-    sys.argv = [str(script), *rest]
-    runpy.run_path(str(script), run_name="__main__")
-    return 0
+    if args.name not in ANALYSES:
+        raise ConfigError(f"unknown analysis '{args.name}'; valid: {', '.join(ANALYSES)}")
+    module = importlib.import_module(f"{__package__}.analysis.{args.name}")
+    return int(module.main(args.args))
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -216,46 +220,52 @@ def _add_export(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     ex.add_argument("--to", type=Path, required=True, help="new (or empty) folder for the dataset")
     ex.add_argument("--push-to-hub", metavar="REPO", default=None, help="then push it to this Hub dataset repo")
     ex.add_argument("--rows-per-shard", type=int, default=500, help="episodes per parquet file")
+    ex.set_defaults(handler=cmd_export)
+
+
+def parser() -> argparse.ArgumentParser:
+    """`agent-harness` and its subcommands."""
+    top = argparse.ArgumentParser(prog="agent-harness", description=__doc__)
+    sub = top.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run agents (same flags as run_agents.py)", description=RUN_DESCRIPTION)
+    add_run_arguments(run).set_defaults(handler=cmd_run)
+    models = sub.add_parser("models", help="list the model registry")
+    _add_registry(models)
+    models.set_defaults(handler=cmd_models)
+    sub.add_parser("scenarios", help="list scenarios with task counts").set_defaults(handler=cmd_scenarios)
+    an = sub.add_parser("analyze", help="run an analysis: agent-harness analyze NAME TRACES_DIR ...",
+                        description="Run one analysis of a traces folder (see `agent-harness analyze NAME --help`).")
+    an.add_argument("name", metavar="NAME", help=", ".join(ANALYSES))
+    an.add_argument("args", nargs=argparse.REMAINDER, help="the analysis's own arguments")
+    an.set_defaults(handler=cmd_analyze)
+    _add_export(sub)
+    return top
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    top = argparse.ArgumentParser(prog="agent-harness", description=__doc__)
-    sub = top.add_subparsers(dest="command", required=True)
-    sub.add_parser("run", help="run agents (same flags as run_agents.py)", add_help=False)
-    _add_registry(sub.add_parser("models", help="list the model registry"))
-    sub.add_parser("scenarios", help="list scenarios with task counts")
-    an = sub.add_parser("analyze", help="run an analysis script: agent-harness analyze NAME TRACES_DIR ...")
-    an.add_argument("script")
-    _add_export(sub)
-    if argv and argv[0] == "run":
-        return _guard(lambda: cmd_run(_parse_run(run_parser(), argv[1:])))
-    args, rest = top.parse_known_args(argv)
-    if args.command == "analyze":
-        return _guard(lambda: cmd_analyze(args, rest))
-    if rest:
-        top.error(f"unrecognized arguments: {' '.join(rest)}")
-    return _guard(lambda: {"models": cmd_models, "scenarios": cmd_scenarios, "export": cmd_export}[args.command](args))
+    args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+    if args.command == "run":
+        _setup_logging(args.verbose)
+    return _guard(lambda: args.handler(args))
 
 
-def _parse_run(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
-    args = parser.parse_args(argv)
-    level = logging.WARNING - 10 * min(args.verbose, 2)
+def _setup_logging(verbose: int) -> None:
+    level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-    return args
 
 
 def run_agents_main(argv: list[str] | None = None) -> int:
     """Entry of `python run_agents.py`: the `run` command."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    return _guard(lambda: cmd_run(_parse_run(run_parser("run_agents.py"), argv)))
+    args = run_parser("run_agents.py").parse_args(sys.argv[1:] if argv is None else argv)
+    _setup_logging(args.verbose)
+    return _guard(lambda: cmd_run(args))
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
     raise KeyboardInterrupt  # unwinds like Ctrl-C: backends close, so engine processes do not outlive us
 
 
-def _guard(fn: object) -> int:
+def _guard(fn: Callable[[], int]) -> int:
     """Turn harness errors into one line on stderr and the error's exit code."""
     import signal
 
@@ -263,7 +273,7 @@ def _guard(fn: object) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        return fn()  # type: ignore[operator]
+        return fn()
     except HarnessError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code

@@ -20,7 +20,7 @@ USER_REGISTRY = "models.yaml"  # in the current directory, it overrides the buil
 
 
 def _data_root() -> tuple[Path, bool]:
-    """Where `models.yaml`, `scenarios/` and `analysis/` live, and whether this is an installed package.
+    """Where `models.yaml` and `scenarios/` live, and whether this is an installed package.
 
     A wheel carries them as package data under `agent_harness/_data` (see setup.py); a checkout has
     them at the repository root.

@@ -31,7 +31,7 @@ from .strategies.reflect import ReflectConfig, ReflectEpisode, require_reflectab
 from .strategies.single_shot import SingleShotEpisode
 from .text import error_message, error_text, safe_text
 from .trace import SCHEMA_VERSION, harness_version, resume_status, task_slugs, trace_path, write_json_atomic
-from .types import Backend, Completion, GenParams, StreamingBackend, Task, request_seed
+from .types import Backend, Completion, GenParams, RequestMeta, StreamingBackend, Task, request_seed
 from .workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -194,9 +194,14 @@ class ModelRun:
         self.calls = 0
         self.rows = 0
 
-    def _generate(self, prompts: list[Any], params: GenParams, seeds: list[int | None]) -> list[Completion]:
+    def _meta(self, live: Live) -> RequestMeta:
+        """Which episode a request comes from (the scripted backend answers by it; models ignore it)."""
+        return RequestMeta(live.job.task, self.cfg.strategy, live.episode.turn)
+
+    def _generate(self, prompts: list[Any], params: GenParams, seeds: list[int | None],
+                  meta: list[RequestMeta]) -> list[Completion]:
         t0 = time.perf_counter()
-        completions = self.backend.generate(prompts, params, seeds)
+        completions = self.backend.generate(prompts, params, seeds, meta=meta)
         self.gen_s += time.perf_counter() - t0
         if len(completions) != len(prompts):  # the pairing with episodes below must never truncate
             raise BackendError(f"{self.backend.info.used} returned {len(completions)} completions for "
@@ -248,8 +253,6 @@ class ModelRun:
             trace = _header(self.cfg, self.spec, self.backend, job, ep.params, ep.system_prompt, ws.sandbox, ep.demo)
             if isinstance(ep, SingleShotEpisode | ReflectEpisode):
                 trace["prompt"]["task"] = ep.user_prompt
-                if hasattr(self.backend, "bind_tasks"):  # the scripted backend answers by the task prompt
-                    self.backend.bind_tasks([], {ep.user_prompt: job.task})
             if isinstance(ep, ReflectEpisode):
                 trace["agent"]["reflect"] = asdict(self.cfg.reflect)
             live = Live(job, ep, trace)
@@ -368,7 +371,7 @@ class ModelRun:
             for params, rows in by_params.items():
                 group = [lv for lv, _ in rows]
                 completions = self._generate([lv.episode.prompt() for lv in group], params,  # type: ignore[union-attr]
-                                             [seed for _, seed in rows])
+                                             [seed for _, seed in rows], [self._meta(lv) for lv in group])
                 advanced.extend(self._map("advance", self._advance, group, completions))
             live = [lv for lv in advanced if not lv.episode.done]
             for trace in self._map("finish", self._finish, [lv for lv in advanced if lv.episode.done]):
@@ -404,7 +407,7 @@ class ModelRun:
             try:
                 prompt, params = lv.episode.prompt(), lv.episode.gen_params()  # type: ignore[union-attr]
                 waiting[key] = lv
-                backend.submit(key, prompt, params)
+                backend.submit(key, prompt, params, self._meta(lv))
             except Exception as e:  # e.g. a prompt the engine refuses: this episode ends, the others go on
                 waiting.pop(key, None)
                 self._fault(lv, "sending the prompt", e)
@@ -512,7 +515,7 @@ def run(cfg: RunConfig) -> dict[str, Any]:
         if cfg.resume:
             _report_resume(counts)
         for spec in cfg.models:
-            all_jobs, pending = work[spec.name], todo[spec.name]
+            pending = todo[spec.name]
             if not pending:
                 log.info("%s: nothing to do (all traces complete)", spec.name)
                 continue
@@ -521,14 +524,6 @@ def run(cfg: RunConfig) -> dict[str, Any]:
             load_s = time.perf_counter() - t_load
             if backend.info.fallback_reason:
                 log.warning("%s: using %s (%s)", spec.name, backend.info.used, backend.info.fallback_reason)
-            if hasattr(backend, "bind_tasks"):  # the scripted backend finds each conversation's task
-                shots = {}
-                if cfg.mode == "single_shot":
-                    for j in all_jobs:
-                        sc = get_scenario(j.scenario_name)
-                        if isinstance(sc, SingleShot):
-                            shots[sc.single_shot_prompt(j.task)[-1]["content"]] = j.task
-                backend.bind_tasks([j.task for j in all_jobs], shots)
             try:
                 with _progress(cfg, len(pending), spec.name) as progress:
                     ticker = _Ticker(progress)

@@ -157,11 +157,11 @@ def bwrap_problem() -> str | None:
 
 def detect_sandbox() -> str:
     """"bwrap" when bubblewrap works here, else "rlimit" ($AGENT_HARNESS_SANDBOX=rlimit forces it)."""
-    forced = os.environ.get(ENV_SANDBOX, "").strip().lower()
+    from .settings import get_settings
+
+    forced = get_settings().sandbox  # auto, bwrap or rlimit: settings.py rejects anything else
     if forced == "rlimit":
         return "rlimit"
-    if forced not in ("", "auto", "bwrap"):
-        raise HarnessError(f"${ENV_SANDBOX} must be bwrap, rlimit or auto, not '{forced}'")
     problem = bwrap_problem()
     if problem is None:
         return "bwrap"

@@ -91,6 +91,19 @@ class BackendInfo:
     details: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class RequestMeta:
+    """Who sends a request: the episode's task, strategy and turn (0 for its first reply).
+
+    Backends that run a model ignore it; the scripted backend answers by it (the oracle replays the
+    task's reference calls), so it never has to recognise a task from the prompt's text.
+    """
+
+    task: Task
+    strategy: str = "react"  # react | reflect | single_shot
+    turn: int = 0
+
+
 @runtime_checkable
 class Backend(Protocol):
     """Generates completions for a *batch* of conversations.
@@ -98,13 +111,15 @@ class Backend(Protocol):
     Implementations: transformers, vllm, openai, scripted. `generate` returns exactly one
     Completion per conversation, in order. When sampling, row i draws from its own random stream
     seeded with `seeds[i]` (`row_seeds`), so its reply does not depend on its batch-mates.
+    `meta` (one per conversation, when given) says which episode asks; only scripted models use it.
     `close` frees the model (GPU/CPU memory).
     """
 
     info: BackendInfo
 
     def generate(self, conversations: list[Conversation], params: GenParams,
-                 seeds: Sequence[int | None] | None = None) -> list[Completion]: ...
+                 seeds: Sequence[int | None] | None = None,
+                 meta: Sequence[RequestMeta] | None = None) -> list[Completion]: ...
 
     def close(self) -> None: ...
 
@@ -117,7 +132,8 @@ class StreamingBackend(Backend, Protocol):
     running batch as soon as its tool has run, instead of waiting for a whole tick to finish.
     """
 
-    def submit(self, key: str, conversation: Conversation, params: GenParams) -> None:
+    def submit(self, key: str, conversation: Conversation, params: GenParams,
+               meta: RequestMeta | None = None) -> None:
         """Queue one conversation; its completion comes back from `poll` under `key`."""
         ...
 

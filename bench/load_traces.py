@@ -1,7 +1,7 @@
 """Benchmark: time `load_traces` on 10,000 synthetic traces (≈10 steps, 384-d step embeddings each).
 
 Usage: python bench/load_traces.py [--n 10000] [--turns 4] [--dim 384] [--keep DIR] [--no-write]
-The traces come from `analysis/_synthetic.py` (the runner's format; embeddings rounded to 6 decimals
+The traces come from `agent_harness/analysis/_synthetic.py` (the runner's format; embeddings rounded to 6 decimals
 as the embedder writes them) and are loaded in a fresh process, twice; the files are in the page
 cache then (just written). Appends a section to bench/RESULTS.md unless --no-write.
 """
@@ -93,7 +93,7 @@ def render(n: int, turns: int, dim: int, size_mb: float, gen_s: float, loads: li
     return "\n".join([
         f"## Trace loading: load_traces ({datetime.now(UTC):%Y-%m-%d %H:%M} UTC)", "",
         machine(),
-        f"`bench/load_traces.py`: {n:,} synthetic traces from `analysis/_synthetic.py` ({turns} turns, "
+        f"`bench/load_traces.py`: {n:,} synthetic traces from `agent_harness/analysis/_synthetic.py` ({turns} turns, "
         f"{steps} steps and {dim}-d embeddings each), loaded by `agent_harness.trace.load_traces` in a fresh "
         "process (imports not timed), files in the page cache.", "",
         "| traces | steps | JSON MB | generate s | load s (each run) | traces/s (best) | MB/s (best) "

@@ -12,7 +12,7 @@ from agent_harness.agent import FINAL_IGNORED, FINAL_REFUSED, NOTHING_CHANGED, A
 from agent_harness.backends.scripted import ScriptedBackend
 from agent_harness.protocol import ERROR_HEADER, NEXT_STEP, OBSERVATION_HEADER, next_step
 from agent_harness.sandbox import Limits
-from agent_harness.types import GenParams, Task
+from agent_harness.types import GenParams, RequestMeta, Task
 from agent_harness.workspace import Workspace
 
 BUGGY = "def add(a, b):\n    return a - b\n"
@@ -36,7 +36,6 @@ def episode(tmp_path: Path) -> Iterator[Callable[..., Episode]]:
         script = tmp_path / f"script{len(made)}.jsonl"
         script.write_text("".join(json.dumps(r) + "\n" for r in replies))
         backend = ScriptedBackend("replay", script)
-        backend.bind_tasks([TASK])
         ws = Workspace.create(TASK.files, test_cmd=TASK.test_cmd, limits=LIMITS)
         made.append(ws)
         config.setdefault("submit_checks", 0)  # the submit check has its own tests below
@@ -162,7 +161,6 @@ def test_identical_replies_switch_to_sampling_for_one_step(tmp_path: Path) -> No
         script = tmp_path / f"s{loop_temperature}.jsonl"
         script.write_text("".join(json.dumps(r) + "\n" for r in [same, same, call("git_diff"), "FINAL: ok"]))
         backend = ScriptedBackend("replay", script)
-        backend.bind_tasks([TASK])
         ws = Workspace.create(TASK.files, test_cmd=TASK.test_cmd, limits=LIMITS)
         try:
             ep = Episode(TASK, ws, GenParams(max_tokens=400), AgentConfig(loop_temperature=loop_temperature,
@@ -171,7 +169,7 @@ def test_identical_replies_switch_to_sampling_for_one_step(tmp_path: Path) -> No
             while not ep.done:
                 params = ep.gen_params()
                 seen.append(params.temperature)
-                ep.advance(backend.generate([ep.prompt()], params)[0])
+                ep.advance(backend.generate([ep.prompt()], params, meta=[RequestMeta(TASK, turn=ep.turn)])[0])
         finally:
             ws.cleanup()
     assert temps == {0.7: [0.0, 0.0, 0.7, 0.0], None: [0.0, 0.0, 0.0, 0.0]}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import struct
 import subprocess
@@ -15,16 +16,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for the analysis/ scripts
-
+from agent_harness.analysis import _synthetic as syn
+from agent_harness.analysis import compare_models, report, spectral, trajectory_similarity
+from agent_harness.analysis._common import only_completed
+from agent_harness.analysis.screenshot import find_chromium, run_chromium
 from agent_harness.metrics import wilson_interval
 from agent_harness.trace import SCHEMA_VERSION, load_traces, validate_trace, write_json_atomic
-from analysis import _synthetic as syn
-from analysis import compare_models, report, spectral, trajectory_similarity
-from analysis._common import only_completed
-from analysis.screenshot import find_chromium, run_chromium
 
 ROOT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}  # the scripts import this checkout's package, not an installed one
 Z = 1.959964
 PLANT = "<script>document.title='PWNED'</script></script><img src=x onerror=alert(1)>"
 
@@ -35,7 +35,7 @@ def _load(root: Path):
 
 def _script(name: str, *args: object) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, f"analysis/{name}.py", *map(str, args)], capture_output=True,
-                          text=True, cwd=ROOT, timeout=180)
+                          text=True, cwd=ROOT, timeout=180, env=ENV)
 
 
 # -- synthetic traces and the loader -------------------------------------------------------------------
@@ -407,13 +407,13 @@ def test_every_script_runs_from_the_command_line(tmp_path: Path) -> None:
         "report": ["report.html", "compare_models.md", "spectral.md"],
     }
     procs = {}
-    for name in expected:  # in parallel; trajectory_similarity through `agent-harness analyze` (runpy)
+    for name in expected:  # in parallel; trajectory_similarity through `agent-harness analyze`
         extra = ["--boot", "50"] if name == "spectral" else []
         args = [str(traces), "--out", str(tmp_path / name), *extra]
         cmd = ([sys.executable, "-m", "agent_harness.cli", "analyze", name] if name == "trajectory_similarity"
                else [sys.executable, f"analysis/{name}.py"])
         procs[name] = subprocess.Popen(cmd + args, cwd=tmp_path if "-m" in cmd else ROOT, stdout=PIPE,
-                                       stderr=PIPE, text=True)
+                                       stderr=PIPE, text=True, env=ENV)
     for name, proc in procs.items():
         out, err = proc.communicate(timeout=180)
         assert proc.returncode == 0, f"{name}: {err}"

@@ -113,3 +113,21 @@ def test_kv_reuse_matches_generate_and_hits_the_cache(hf_backend: HFBackend) -> 
     assert [c.text for c in second] == [c.text for c in ref_second]
     assert [c.completion_tokens for c in second] == [c.completion_tokens for c in ref_second]
     assert [c.finish_reason for c in second] == [c.finish_reason for c in ref_second]
+
+
+def test_plan_rows_answers_full_prompts_and_keeps_order() -> None:
+    """The row planning hf and vLLM share: budgets, seeds, and an empty "length" reply when the context is full."""
+    from agent_harness.backends.local import Row, plan_rows
+    from agent_harness.backends.stops import cut_at_stop, stop_strings
+
+    def encode(conv: Conversation) -> list[int]:
+        return list(range(len(conv[0]["content"].split())))
+
+    convs: list[Conversation] = [[{"role": "user", "content": " ".join(["w"] * n)}] for n in (3, 10, 6)]
+    results, rows = plan_rows(encode, convs, GenParams(max_tokens=5), [7, 8, 9], context_length=10)
+    assert rows == [Row(0, [0, 1, 2], 5, 7), Row(2, list(range(6)), 4, 9)]
+    assert results[0] is None and results[2] is None
+    assert results[1] is not None and (results[1].text, results[1].finish_reason) == ("", "length")
+    assert stop_strings(GenParams(stop=("", "\nX", "Y"))) == ("\nX", "Y")
+    assert cut_at_stop("aY b\nX", ("\nX", "Y")) == "a"  # the earliest stop wins, whatever its place in the list
+    assert cut_at_stop("Yab", ("ab", "Y")) == "" and cut_at_stop("abc", ("Z",)) is None

@@ -17,11 +17,10 @@ import pytest
 from backend_contract import CONVS, COUNT, batch_of_three, stop_string_cuts_generation
 
 from agent_harness.backends import load_backend
+from agent_harness.backends.engine_process import StderrTee, children
 from agent_harness.backends.hf import HFBackend
 from agent_harness.backends.vllm_backend import (
     VLLMBackend,
-    _children,
-    _StderrTee,
     apply_cpu_env,
     cpu_env,
     cpu_id_list,
@@ -86,13 +85,13 @@ def test_stderr_tee_finds_the_root_cause_a_child_printed() -> None:
             "print('Traceback (most recent call last):', file=sys.stderr); "
             "print('(EngineCore pid=1) ValueError: Available memory is less than requested', "
             "file=sys.stderr)")
-    tee = _StderrTee()
+    tee = StderrTee()
     with tee:
         subprocess.run([sys.executable, "-c", code], check=True)
     t0 = time.monotonic()
     assert tee.root_cause() == "ValueError: Available memory is less than requested"
     assert time.monotonic() - t0 < 3
-    assert _StderrTee().root_cause() is None  # never entered: nothing seen
+    assert StderrTee().root_cause() is None  # never entered: nothing seen
 
 
 @pytest.fixture(scope="module")
@@ -200,7 +199,7 @@ def test_close_stops_the_engine_processes(vllm_backend: VLLMBackend) -> None:
     """Runs last in this module: after close no engine process is left and generate refuses."""
     def engine_procs() -> list[int]:
         alive = []
-        for pid, p in _children().items():
+        for pid, p in children().items():
             try:
                 if "resource_tracker" not in " ".join(p.cmdline()):
                     alive.append(pid)

@@ -26,7 +26,7 @@ from agent_harness.backends.scripted import ScriptedBackend
 from agent_harness.errors import BackendUnavailable, ConfigError
 from agent_harness.registry import ModelSpec, load_registry
 from agent_harness.scenarios import TaskQuery, get_scenario
-from agent_harness.types import GenParams
+from agent_harness.types import GenParams, RequestMeta
 
 ROOT = Path(__file__).resolve().parent.parent
 Answer = Callable[[dict[str, Any]], str]
@@ -212,13 +212,17 @@ def test_run_survives_a_node_dying(tmp_path: Path, servers: list[Server]) -> Non
     """The real run path through two servers; A dies on its 3rd request, every episode still passes."""
     tasks = get_scenario("humanevalfix").load_tasks(TaskQuery(n=4))
     oracle = ScriptedBackend("oracle")
-    oracle.bind_tasks(tasks)
+    by_statement = {t.statement: t for t in tasks}  # over HTTP the server only sees the text
     lock = threading.Lock()
 
     def answer(body: dict[str, Any]) -> str:
+        messages = body["messages"]
+        start = next(i for i, m in enumerate(messages) if m["content"] in by_statement)
+        meta = RequestMeta(by_statement[messages[start]["content"]],
+                           turn=sum(m["role"] == "assistant" for m in messages[start:]))
         with lock:
-            [c] = oracle.generate([body["messages"]], GenParams(max_tokens=body["max_tokens"],
-                                                                 stop=tuple(body.get("stop", ()))))
+            [c] = oracle.generate([messages], GenParams(max_tokens=body["max_tokens"],
+                                                        stop=tuple(body.get("stop", ()))), meta=[meta])
         return c.text
 
     servers += [Server(answer, die_at=2), Server(answer)]

@@ -11,9 +11,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 CHILD = textwrap.dedent("""
     import subprocess, sys
-    from agent_harness.backends.vllm_backend import _StderrTee
+    from agent_harness.backends.engine_process import StderrTee
     log = sys.argv[1] or None
-    with _StderrTee(log_path=log) as tee:  # as around the engine's start: children inherit fd 2
+    with StderrTee(log_path=log) as tee:  # as around the engine's start: children inherit fd 2
         print("parent warning", file=sys.stderr, flush=True)
         subprocess.run([sys.executable, "-c", "import sys; print('engine warning', file=sys.stderr)"])
     tee.root_cause(wait_s=2)

@@ -33,7 +33,7 @@ def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
     sys.path.insert(0, str(ROOT))
-    from analysis import _synthetic
+    from agent_harness.analysis import _synthetic
 
     out = tmp_path_factory.mktemp("export") / "traces"
     r = cli("run", "--models", "oracle,null", "--n", "3", "--out", str(out), "--no-embed", "--no-progress")

@@ -23,7 +23,7 @@ from agent_harness.registry import ModelSpec
 from agent_harness.runner import Job, ModelRun, RunConfig, model_jobs, plan_jobs
 from agent_harness.summary import summarize
 from agent_harness.trace import validate_trace
-from agent_harness.types import Completion, Conversation, GenParams
+from agent_harness.types import Completion, Conversation, GenParams, RequestMeta
 
 
 class _Unrecordable(Completion):
@@ -40,15 +40,16 @@ class FaultyBackend(ScriptedBackend):
         super().__init__("oracle")
         self.faults = faults
 
-    def _fault(self, conv: Conversation) -> str | None:
-        task = self._task_of(conv)
-        return self.faults.get(task.id) if task is not None else None
+    def _fault(self, meta: RequestMeta | None) -> str | None:
+        return self.faults.get(meta.task.id) if meta is not None else None
 
     def generate(self, conversations: list[Conversation], params: GenParams,
-                 seeds: Sequence[int | None] | None = None) -> list[Completion]:
+                 seeds: Sequence[int | None] | None = None,
+                 meta: Sequence[RequestMeta] | None = None) -> list[Completion]:
         out = []
-        for conv, c in zip(conversations, super().generate(conversations, params, seeds), strict=True):
-            fault = self._fault(conv)
+        replies = super().generate(conversations, params, seeds, meta)
+        for i, c in enumerate(replies):
+            fault = self._fault(meta[i] if meta is not None else None)
             if fault == "advance":
                 c = _Unrecordable(**dataclasses.asdict(c))
             elif fault == "trace":
@@ -56,10 +57,11 @@ class FaultyBackend(ScriptedBackend):
             out.append(c)
         return out
 
-    def submit(self, key: str, conversation: Conversation, params: GenParams) -> None:
-        if self._fault(conversation) == "submit":
+    def submit(self, key: str, conversation: Conversation, params: GenParams,
+               meta: RequestMeta | None = None) -> None:
+        if self._fault(meta) == "submit":
             raise RuntimeError("prompt refused by the engine")
-        super().submit(key, conversation, params)
+        super().submit(key, conversation, params, meta)
 
 
 class BrokenEmbedder:
@@ -98,7 +100,6 @@ def test_episode_faults_end_only_their_episode(streaming: bool, tmp_path: Path, 
     if streaming:
         faults[jobs[3].task.id] = "submit"
     backend = FaultyBackend(faults)
-    backend.bind_tasks([j.task for j in jobs])
     done: list[dict[str, Any]] = []
     with ThreadPoolExecutor(max_workers=2) as pool:
         mr = ModelRun(cfg, spec, backend, BrokenEmbedder(), pool, done.append)

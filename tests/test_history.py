@@ -21,7 +21,7 @@ from agent_harness.protocol import OBSERVATION_HEADER
 from agent_harness.sandbox import Limits
 from agent_harness.scenarios import TaskQuery, get_scenario
 from agent_harness.trace import validate_trace
-from agent_harness.types import Conversation, GenParams, Task, request_seed
+from agent_harness.types import Conversation, GenParams, RequestMeta, Task, request_seed
 from agent_harness.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,7 +77,6 @@ def episode(tmp_path: Path) -> Iterator[Callable[..., Run]]:
         script = tmp_path / f"script{len(made)}.jsonl"
         script.write_text("".join(json.dumps(r) + "\n" for r in replies))
         backend = ScriptedBackend("replay", script)
-        backend.bind_tasks([TASK])
         ws = Workspace.create(TASK.files, test_cmd=TASK.test_cmd, limits=LIMITS)
         made.append(ws)
         config.setdefault("submit_checks", 0)
@@ -86,7 +85,8 @@ def episode(tmp_path: Path) -> Iterator[Callable[..., Run]]:
         while not out.ep.done:
             out.prompts.append(out.ep.prompt())
             out.params.append(out.ep.gen_params())
-            [completion] = backend.generate([out.prompts[-1]], out.params[-1])
+            [completion] = backend.generate([out.prompts[-1]], out.params[-1],
+                                            meta=[RequestMeta(TASK, turn=out.ep.turn)])
             out.ep.advance(completion)
         return out
 
@@ -288,13 +288,12 @@ def test_cli_condensed_trace_rebuilds_the_prompts(tmp_path: Path, episode: Calla
     # The same script driven directly: the prompts it sends are the ones the trace rebuilds.
     ws = Workspace.create(task.files, test_cmd=task.test_cmd)
     backend = ScriptedBackend("replay", script)
-    backend.bind_tasks([task])
     ep = Episode(task, ws, GenParams(max_tokens=384), AgentConfig(history="condensed"))
     try:
         for t in range(len(replies)):
             prompt = ep.prompt()
             assert rebuild_prompt(trace, t) == prompt
-            ep.advance(backend.generate([prompt], ep.gen_params())[0])
+            ep.advance(backend.generate([prompt], ep.gen_params(), meta=[RequestMeta(task, turn=t)])[0])
     finally:
         ws.cleanup()
     assert ep.done

@@ -22,8 +22,8 @@ from agent_harness.backends import scripted
 from agent_harness.cli import run_agents_main
 
 class Dropping(scripted.ScriptedBackend):
-    def generate(self, conversations, params, seeds=None):
-        out = super().generate(conversations, params, seeds)
+    def generate(self, conversations, params, seeds=None, meta=None):
+        out = super().generate(conversations, params, seeds, meta)
         return out[:-1] if len(out) > 1 else out
 
 def create(spec):

@@ -17,23 +17,23 @@ import logging
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendUnavailable, ConfigError, MissingExtraError
 from ..settings import get_settings
-from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams, row_seeds
+from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams, RequestMeta
 from .local import (
+    Row,
     complete,
     compute_dtype,
-    context_full,
     cpu_ids,
     encode,
     first_line,
     load_tokenizer,
-    new_token_budget,
+    plan_rows,
     require_torch,
 )
+from .stops import cut_at_stop, stop_strings
 
 if TYPE_CHECKING:
     import torch
@@ -49,16 +49,6 @@ DEFAULT_MAX_BATCH_TOKENS = {"cpu": 48_000, "cuda": 400_000}
 # KV-cache reuse across agent steps (kv_reuse.py): on unless AGENT_HARNESS_HF_KV_REUSE=0; the store's
 # size in MiB is AGENT_HARNESS_HF_KV_CACHE_MB.
 DEFAULT_KV_CACHE_MB = {"cpu": 2048, "cuda": 8192}
-
-
-@dataclass
-class _Row:
-    """One conversation on its way through `generate`."""
-
-    index: int
-    ids: list[int]
-    max_new: int
-    seed: int | None = None
 
 
 class HFBackend:
@@ -182,10 +172,10 @@ class HFBackend:
     def encode(self, conv: Conversation) -> list[int]:
         return encode(self.tokenizer, conv)
 
-    def _sub_batches(self, rows: list[_Row]) -> list[list[_Row]]:
+    def _sub_batches(self, rows: list[Row]) -> list[list[Row]]:
         """Longest first, so each sub-batch is padded to its first row's length."""
         rows = sorted(rows, key=lambda r: len(r.ids), reverse=True)
-        batches: list[list[_Row]] = []
+        batches: list[list[Row]] = []
         for r in rows:
             cur = batches[-1] if batches else None
             if cur is not None and len(cur) < self.max_batch:
@@ -197,7 +187,8 @@ class HFBackend:
         return batches
 
     def generate(self, conversations: list[Conversation], params: GenParams,
-                 seeds: Sequence[int | None] | None = None) -> list[Completion]:
+                 seeds: Sequence[int | None] | None = None,
+                 meta: Sequence[RequestMeta] | None = None) -> list[Completion]:
         """One Completion per conversation, in order; the whole list runs as batched generate calls.
 
         Sampled rows draw from their own generator seeded with their seed (`row_seeds`), so a row's
@@ -207,19 +198,8 @@ class HFBackend:
 
         if self.model is None:
             raise BackendUnavailable(f"transformers backend for '{self.spec.name}' is closed")
-        if params.max_tokens < 1:
-            raise ConfigError(f"max_tokens must be >= 1, got {params.max_tokens}")
-        results: list[Completion | None] = [None] * len(conversations)
-        rows: list[_Row] = []
-        row_seed = row_seeds(params, len(conversations), seeds)
-        for i, conv in enumerate(conversations):
-            ids = self.encode(conv)
-            max_new = new_token_budget(len(ids), params.max_tokens, self.spec.context_length)
-            if not max_new:
-                results[i] = context_full(len(ids))
-                continue
-            rows.append(_Row(i, ids, max_new, row_seed[i]))
-        stops = tuple(s for s in params.stop if s)
+        results, rows = plan_rows(self.encode, conversations, params, seeds, self.spec.context_length)
+        stops = stop_strings(params)
         pending = self._sub_batches(rows)
         while pending:
             batch = pending.pop(0)
@@ -237,13 +217,13 @@ class HFBackend:
                 results[row.index] = comp
         return complete(results)
 
-    def _run(self, batch: list[_Row], params: GenParams, stops: tuple[str, ...]) -> list[Completion]:
+    def _run(self, batch: list[Row], params: GenParams, stops: tuple[str, ...]) -> list[Completion]:
         # Sampling always takes our decode loop: transformers' generate draws every row from one global RNG.
         if self.kv_store is not None or not params.greedy:
             return self._run_reusing_kv(batch, params, stops)
         return self._run_generate(batch, params, stops)
 
-    def _run_reusing_kv(self, batch: list[_Row], params: GenParams,
+    def _run_reusing_kv(self, batch: list[Row], params: GenParams,
                         stops: tuple[str, ...]) -> list[Completion]:
         """Our own decode loop: stored KV prefixes, chunked prefill, finished rows leave the batch."""
         import torch
@@ -266,7 +246,7 @@ class HFBackend:
         return [self._finish(r, res.tokens, stops, res.latency_s, res.reused)
                 for r, res in zip(batch, out, strict=True)]
 
-    def _run_generate(self, batch: list[_Row], params: GenParams, stops: tuple[str, ...]) -> list[Completion]:
+    def _run_generate(self, batch: list[Row], params: GenParams, stops: tuple[str, ...]) -> list[Completion]:
         """transformers' `generate` on the left-padded batch (no reuse between calls)."""
         import torch
         from transformers import GenerationConfig, StoppingCriteriaList
@@ -315,7 +295,7 @@ class HFBackend:
 
         return StopOnStrings()
 
-    def _finish(self, row: _Row, toks: list[int], stops: tuple[str, ...], latency: float,
+    def _finish(self, row: Row, toks: list[int], stops: tuple[str, ...], latency: float,
                 cached: int = 0) -> Completion:
         """Cut one row's new tokens at EOS / padding / its own budget / the first stop string."""
         finish: FinishReason = "length"
@@ -326,10 +306,9 @@ class HFBackend:
             toks = toks[: row.max_new]
             counted = len(toks)
         text = self.tokenizer.decode(toks, skip_special_tokens=True)
-        cut = min((p for p in (text.find(s) for s in stops) if p >= 0), default=-1)
-        if cut >= 0:
-            text, finish = text[:cut], "stop"
-            counted = self._tokens_to_stop(toks, stops)
+        cut = cut_at_stop(text, stops)
+        if cut is not None:
+            text, finish, counted = cut, "stop", self._tokens_to_stop(toks, stops)
         return Completion(text=text, prompt_tokens=len(row.ids), completion_tokens=counted,
                           finish_reason=finish, latency_s=latency, cached_tokens=cached)
 

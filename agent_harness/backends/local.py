@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendError, BackendUnavailable, ConfigError, MissingExtraError
-from ..types import Completion, Conversation
+from ..types import Completion, Conversation, GenParams, row_seeds
 
 if TYPE_CHECKING:
     from ..registry import ModelSpec
@@ -90,6 +92,37 @@ def new_token_budget(n_prompt: int, max_tokens: int, context_length: int) -> int
         log.warning("prompt of %d tokens fills the context (%d); nothing generated", n_prompt, context_length)
         return 0
     return min(max_tokens, room)
+
+
+@dataclass
+class Row:
+    """One conversation on its way through a local backend's `generate`."""
+
+    index: int  # its place in the batch
+    ids: list[int]  # the prompt's token ids
+    max_new: int  # its token budget
+    seed: int | None = None
+
+
+def plan_rows(encode: Callable[[Conversation], list[int]], conversations: list[Conversation], params: GenParams,
+              seeds: Sequence[int | None] | None, context_length: int) -> tuple[list[Completion | None], list[Row]]:
+    """Each conversation encoded, with its token budget and seed; one that fills the context is answered now.
+
+    Returns (results, rows): `results[i]` is set for the conversations already answered, the rest are `rows`.
+    """
+    if params.max_tokens < 1:
+        raise ConfigError(f"max_tokens must be >= 1, got {params.max_tokens}")
+    results: list[Completion | None] = [None] * len(conversations)
+    rows: list[Row] = []
+    row_seed = row_seeds(params, len(conversations), seeds)
+    for i, conv in enumerate(conversations):
+        ids = encode(conv)
+        max_new = new_token_budget(len(ids), params.max_tokens, context_length)
+        if max_new:
+            rows.append(Row(i, ids, max_new, row_seed[i]))
+        else:
+            results[i] = context_full(len(ids))
+    return results, rows
 
 
 def context_full(n_prompt: int) -> Completion:

@@ -36,8 +36,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendUnavailable, ConfigError, MissingExtraError
 from ..settings import get_settings
-from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams, row_seeds
+from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams, RequestMeta, row_seeds
 from .endpoint_pool import Endpoint, EndpointPool, Outcome
+from .stops import cut_at_stop, stop_strings
 
 if TYPE_CHECKING:
     import httpx
@@ -218,9 +219,9 @@ class OpenAIBackend:
         text = message.get("content") or choice.get("text") or ""
         reason = choice.get("finish_reason")
         finish: FinishReason = "length" if reason == "length" else "stop"
-        cut = min((p for p in (text.find(s) for s in stops) if p >= 0), default=-1)
-        if cut >= 0:
-            text, finish = text[:cut], "stop"
+        cut = cut_at_stop(text, stops)
+        if cut is not None:
+            text, finish = cut, "stop"
         usage = data.get("usage") or {}
         details = usage.get("prompt_tokens_details") or {}  # OpenAI's and vLLM's prefix-cache count
         return Completion(
@@ -232,7 +233,8 @@ class OpenAIBackend:
 
     # -- the batch -------------------------------------------------------------------------------
     def generate(self, conversations: list[Conversation], params: GenParams,
-                 seeds: Sequence[int | None] | None = None) -> list[Completion]:
+                 seeds: Sequence[int | None] | None = None,
+                 meta: Sequence[RequestMeta] | None = None) -> list[Completion]:
         """One Completion per conversation, in order; up to `concurrency` requests in flight.
 
         Request i carries `seeds[i]` when given (else `params.seed`) as the API's `seed`.
@@ -241,7 +243,7 @@ class OpenAIBackend:
             raise ConfigError(f"max_tokens must be >= 1, got {params.max_tokens}")
         if not conversations:
             return []
-        stops = tuple(s for s in params.stop if s)
+        stops = stop_strings(params)
         n = len(conversations)
         rows = [params] * n if seeds is None else [replace(params, seed=s) for s in row_seeds(params, n, seeds)]
         workers = min(self.endpoint.concurrency * len(self.pool), len(conversations))

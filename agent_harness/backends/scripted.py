@@ -7,9 +7,11 @@
   ``{"task": "<task id>", "replies": [...]}`` (replies for one task). When replies run out
   the backend writes FINAL.
 
-The runner calls ``bind_tasks`` so a conversation can be matched to its task by its first
-user message (the task statement), or, in single-shot mode, by the single-shot prompt; there the
-oracle answers with the reference file in a ```python block and ``null`` with no code.
+Each request's ``RequestMeta`` (``generate(..., meta=...)``) names its episode's task, strategy and
+turn: the oracle replays that task's calls, a per-task script that task's replies, and the k-th turn
+gets the k-th reply. Under the reflect and single-shot strategies the oracle answers with the
+reference file in a ```python block and ``null`` with no code. Without meta the turn is the number of
+assistant messages so far, and the oracle, which needs its task, refuses.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
-from ..types import BackendInfo, Completion, Conversation, GenParams, Task
+from ..jsonl import read_jsonl
+from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams, RequestMeta
+from .stops import cut_at_stop, stop_strings
 
 if TYPE_CHECKING:
     from ..registry import ModelSpec
@@ -36,17 +40,7 @@ def render_call(thought: str, tool: str, args: dict[str, Any]) -> str:
 def _load_script(path: Path) -> tuple[list[str], dict[str, list[str]]]:
     shared: list[str] = []
     per_task: dict[str, list[str]] = {}
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read script: {e.strerror}") from None
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except ValueError as e:
-            raise ConfigError(f"{path}:{n}: invalid JSON: {e}") from None
+    for n, item in read_jsonl(path, "script"):
         if isinstance(item, str):
             shared.append(item)
         elif isinstance(item, dict) and isinstance(item.get("text"), str):
@@ -67,35 +61,17 @@ class ScriptedBackend:
     def __init__(self, mode: str, script_path: Path | None = None) -> None:
         self.mode = mode
         self.info = BackendInfo(requested="scripted", used="scripted", details={"script": mode})
-        self._tasks: dict[str, Task] = {}
-        self._single_shot: dict[str, Task] = {}
         self._queued: list[tuple[str, Completion]] = []
         self._shared: list[str] = []
         self._per_task: dict[str, list[str]] = {}
         if script_path is not None:
             self._shared, self._per_task = _load_script(script_path)
 
-    def bind_tasks(self, tasks: list[Task], single_shot: dict[str, Task] | None = None) -> None:
-        """Let conversations be matched to tasks by their task statement (or single-shot prompt)."""
-        self._tasks.update({t.statement: t for t in tasks})
-        self._single_shot.update(single_shot or {})
-
-    def _start(self, conv: Conversation) -> int:
-        """Index of the message that states the task (earlier turns may be a demo episode)."""
-        return next((i for i, m in enumerate(conv) if m["role"] == "user" and m["content"] in self._tasks), 0)
-
-    def _task_of(self, conv: Conversation) -> Task | None:
-        first_user = next((m["content"] for m in conv[self._start(conv):] if m["role"] == "user"), "")
-        return self._tasks.get(first_user) or self._single_shot.get(first_user)
-
-    def _reply(self, conv: Conversation) -> str:
-        start = self._start(conv)
-        turn = sum(m["role"] == "assistant" for m in conv[start:])
-        task = self._task_of(conv)
-        first_user = next((m["content"] for m in conv[start:] if m["role"] == "user"), "")
-        if first_user in self._single_shot and self.mode in ("oracle", "null"):
-            writes = [c["args"]["content"] for c in self._single_shot[first_user].oracle
-                      if c["tool"] == "write_file"]
+    def _reply(self, conv: Conversation, meta: RequestMeta | None) -> str:
+        task = meta.task if meta is not None else None
+        turn = meta.turn if meta is not None else sum(m["role"] == "assistant" for m in conv)
+        if meta is not None and meta.strategy != "react" and self.mode in ("oracle", "null"):
+            writes = [c["args"]["content"] for c in meta.task.oracle if c["tool"] == "write_file"]
             if self.mode == "oracle" and writes:
                 return f"Here is the fixed code:\n```python\n{writes[-1]}\n```"
             return "The code looks correct to me as it is."
@@ -103,26 +79,27 @@ class ScriptedBackend:
             return "THOUGHT: I will leave the code as it is.\nFINAL: no changes"
         if self.mode == "oracle":
             if task is None:
-                raise ConfigError("scripted oracle: conversation matches no bound task (call bind_tasks)")
+                raise ConfigError("scripted oracle: the request names no task (pass meta=[RequestMeta(task)])")
             if turn < len(task.oracle):
                 call = task.oracle[turn]
                 return render_call(f"Reference step {turn + 1}.", call["tool"], call.get("args", {}))
             return "THOUGHT: The reference fix is in place.\nFINAL: applied the reference fix"
-        own = task is not None and task.id in self._per_task
-        replies = self._per_task[task.id] if own and task is not None else self._shared
+        replies = self._per_task.get(task.id, self._shared) if task is not None else self._shared
         return replies[turn] if turn < len(replies) else FINAL_TEXT
 
     def generate(self, conversations: list[Conversation], params: GenParams,
-                 seeds: Sequence[int | None] | None = None) -> list[Completion]:  # replies do not sample
+                 seeds: Sequence[int | None] | None = None,
+                 meta: Sequence[RequestMeta] | None = None) -> list[Completion]:  # replies do not sample
+        if meta is not None and len(meta) != len(conversations):
+            raise ValueError(f"{len(meta)} request metas for {len(conversations)} conversations")
         out = []
-        for conv in conversations:
+        for i, conv in enumerate(conversations):
             start = time.perf_counter()
-            text = self._reply(conv)
+            text = self._reply(conv, meta[i] if meta is not None else None)
             # Stop strings apply as they would for a real model.
-            finish = "stop"
-            for s in params.stop:
-                if s and s in text:
-                    text = text[: text.index(s)]
+            finish: FinishReason = "stop"
+            cut = cut_at_stop(text, stop_strings(params))
+            text = text if cut is None else cut
             words = text.split()
             if len(words) > params.max_tokens:
                 text, finish = " ".join(words[: params.max_tokens]), "length"
@@ -139,8 +116,9 @@ class ScriptedBackend:
         return out
 
     # StreamingBackend: replies are computed at submit time, so the streaming runner path is testable
-    def submit(self, key: str, conversation: Conversation, params: GenParams) -> None:
-        self._queued.append((key, self.generate([conversation], params)[0]))
+    def submit(self, key: str, conversation: Conversation, params: GenParams,
+               meta: RequestMeta | None = None) -> None:
+        self._queued.append((key, self.generate([conversation], params, meta=None if meta is None else [meta])[0]))
 
     def poll(self) -> list[tuple[str, Completion]]:
         done, self._queued = self._queued, []
@@ -150,7 +128,7 @@ class ScriptedBackend:
         return len(self._queued)
 
     def close(self) -> None:
-        self._tasks.clear()
+        self._queued.clear()
 
 
 def create(spec: ModelSpec) -> ScriptedBackend:

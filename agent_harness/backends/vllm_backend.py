@@ -46,32 +46,31 @@ the terminal: a run prints its progress and table, not ~30 engine warnings.
 
 from __future__ import annotations
 
-import collections
-import contextlib
 import gc
 import importlib.util
 import logging
 import os
-import re
-import sys
-import threading
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import BackendUnavailable, ConfigError, MissingExtraError
+from ..errors import BackendUnavailable, MissingExtraError
 from ..settings import get_settings
-from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams, row_seeds
+from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams, RequestMeta
+from .engine_process import StderrTee, children, log_to_file, reap
 from .local import (
     complete,
     compute_dtype,
     context_full,
     cpu_ids,
     encode,
+    first_line,
     load_tokenizer,
     new_token_budget,
+    plan_rows,
     require_torch,
 )
+from .stops import cut_at_stop, stop_strings
 
 if TYPE_CHECKING:
     from ..registry import ModelSpec
@@ -158,151 +157,6 @@ def engine_options(cuda: bool) -> dict[str, Any]:
     return opts
 
 
-def _children() -> dict[int, Any]:
-    try:
-        import psutil
-    except ImportError:
-        return {}
-    try:
-        return {p.pid: p for p in psutil.Process().children(recursive=True)}
-    except psutil.Error:
-        return {}
-
-
-def _reap(before: set[int], grace_s: float = 5.0) -> list[int]:
-    """Terminate (then kill) child processes that appeared since `before` and still run."""
-    try:
-        import psutil
-    except ImportError:
-        return []
-
-    new = []
-    for pid, p in _children().items():
-        if pid in before:
-            continue
-        try:
-            if "resource_tracker" in " ".join(p.cmdline()):  # multiprocessing's, shared and harmless
-                continue
-        except psutil.Error:
-            continue
-        new.append(p)
-    for p in new:
-        with contextlib.suppress(psutil.Error):
-            p.terminate()
-    _, alive = psutil.wait_procs(new, timeout=grace_s)
-    for p in alive:
-        with contextlib.suppress(psutil.Error):
-            p.kill()
-    psutil.wait_procs(alive, timeout=grace_s)
-    return [p.pid for p in new]
-
-
-_EXC_LINE = re.compile(r"\b([A-Za-z_][\w.]*(?:Error|Exception|Exit)): (.+)")
-
-
-class _StderrTee:
-    """Tees file descriptor 2 through a pipe while the engine starts, keeping the last lines.
-
-    vLLM's engine runs in child processes that inherit fd 2 and print the real error there; the
-    parent only gets "Engine core initialization failed. See root cause above". The tee keeps
-    copying to the real stderr for the engine's whole life (the children hold the pipe), and a
-    failed start reads its root cause from the kept lines.
-    """
-
-    def __init__(self, keep: int = 400, log_path: str | None = None) -> None:
-        self.log_path = log_path  # copy to this file (appended) instead of the real stderr
-        self.lines: collections.deque[str] = collections.deque(maxlen=keep)
-        self._bytes = 0
-        self._thread: threading.Thread | None = None
-        self._saved: int | None = None
-
-    def __enter__(self) -> _StderrTee:
-        try:
-            sys.stderr.flush()
-            read_fd, write_fd = os.pipe()
-            self._saved = os.dup(2)
-        except (OSError, ValueError):
-            return self  # no usable fd 2 (embedded interpreter): no tee, no root cause
-        out = os.dup(self._saved)
-        if self.log_path:
-            try:
-                os.makedirs(os.path.dirname(os.path.abspath(self.log_path)), exist_ok=True)
-                log_fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            except OSError as e:
-                log.warning("engine log %s: %s; engine output goes to stderr", self.log_path, e.strerror)
-            else:
-                os.close(out)
-                out = log_fd
-        self._thread = threading.Thread(target=self._pump, args=(read_fd, out), name="vllm-stderr-tee",
-                                        daemon=True)
-        self._thread.start()
-        os.dup2(write_fd, 2)
-        os.close(write_fd)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._saved is None:
-            return
-        with contextlib.suppress(OSError, ValueError):
-            sys.stderr.flush()
-        os.dup2(self._saved, 2)  # our end of the pipe closes; the children keep theirs
-        os.close(self._saved)
-        self._saved = None
-
-    def _pump(self, read_fd: int, out_fd: int) -> None:
-        partial = b""
-        try:
-            while chunk := os.read(read_fd, 65536):
-                with contextlib.suppress(OSError):
-                    os.write(out_fd, chunk)
-                self._bytes += len(chunk)
-                partial += chunk
-                *done, partial = partial.split(b"\n")
-                self.lines.extend(line.decode("utf-8", "replace") for line in done)
-        finally:
-            if partial:
-                self.lines.append(partial.decode("utf-8", "replace"))
-            os.close(read_fd)
-            os.close(out_fd)
-
-    def root_cause(self, wait_s: float = 5.0) -> str | None:
-        """The last exception line the engine printed.
-
-        Waits for the dead children's last output: until the pipe closes, or nothing new came for
-        0.5 s (a process that outlives the engine, e.g. multiprocessing's resource tracker, may hold
-        the pipe open), at most `wait_s`.
-        """
-        deadline = time.monotonic() + wait_s
-        seen, quiet_since = self._bytes, time.monotonic()
-        while self._thread is not None and self._thread.is_alive() and time.monotonic() < deadline:
-            self._thread.join(0.1)
-            if self._bytes != seen:
-                seen, quiet_since = self._bytes, time.monotonic()
-            elif time.monotonic() - quiet_since >= 0.5:
-                break
-        for line in reversed(self.lines):
-            m = _EXC_LINE.search(line)
-            if m and "Engine core initialization failed" not in m.group(2):
-                text = f"{m.group(1).rsplit('.', 1)[-1]}: {m.group(2).strip()}"
-                return text[:400]
-        return None
-
-
-def _log_to_file(name: str, path: str) -> None:
-    """Point the stream handlers of logger `name` at `path` (appended)."""
-    for h in logging.getLogger(name).handlers:
-        if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler):
-            try:
-                h.setStream(open(path, "a", encoding="utf-8"))  # noqa: SIM115 - lives as long as the handler
-            except OSError:
-                return
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
-
-
 class VLLMBackend:
     """`vllm.LLM` over the spec's local folder; `generate` sends the whole list in one call."""
 
@@ -335,16 +189,16 @@ class VLLMBackend:
         engine_log = str(env.engine_log) if env.engine_log else None
         if engine_log:  # vLLM logs to stdout by default; stderr is what the tee sends to the file
             os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
-        tee = _StderrTee(log_path=engine_log)
+        tee = StderrTee(log_path=engine_log)
         try:
             with tee:  # import-time warnings (Triton, torch) go where the engine's lines go
                 import vllm
         except ImportError as e:
             raise MissingExtraError(
-                f"vllm is not importable ({_first_line(e)}); reinstall it with scripts/install_vllm.sh"
+                f"vllm is not importable ({first_line(e)}); reinstall it with scripts/install_vllm.sh"
             ) from None
         except Exception as e:  # a broken install (e.g. a CUDA torchvision) fails at import
-            raise BackendUnavailable(f"importing vllm failed: {_first_line(e)}") from None
+            raise BackendUnavailable(f"importing vllm failed: {first_line(e)}") from None
         kwargs: dict[str, Any] = {
             "model": source, "tokenizer": source, "dtype": self.dtype, "enable_prefix_caching": True,
             "max_model_len": spec.context_length, "seed": 0, "enforce_eager": self.eager,
@@ -352,21 +206,21 @@ class VLLMBackend:
             "generation_config": "vllm", "disable_log_stats": True,
         }
         kwargs.update(options)
-        before = set(_children())
+        before = set(children())
         try:
             with tee:
                 self.llm = vllm.LLM(**kwargs)
         except Exception as e:
-            reaped = _reap(before)
+            reaped = reap(before)
             gc.collect()
             cause = tee.root_cause()
             raise BackendUnavailable(
-                f"vLLM engine failed to start for '{spec.name}' on {self.device}: {_first_line(e)}"
+                f"vLLM engine failed to start for '{spec.name}' on {self.device}: {first_line(e)}"
                 + (f"; root cause: {cause}" if cause else "")
                 + (f"; terminated {len(reaped)} leftover engine process(es)" if reaped else "")
             ) from e
         if engine_log:
-            _log_to_file("vllm", engine_log)  # the parent's later vLLM lines (deprecation notices)
+            log_to_file("vllm", engine_log)  # the parent's later vLLM lines (deprecation notices)
         self.load_s = time.perf_counter() - t0
         details: dict[str, Any] = {
             "vllm": vllm.__version__, "model_dir": source, "dtype": self.dtype,
@@ -404,7 +258,7 @@ class VLLMBackend:
     def _sampling(self, params: GenParams, max_new: int, seed: int | None) -> Any:
         from vllm import SamplingParams
 
-        stops = [s for s in params.stop if s]
+        stops = list(stop_strings(params))
         if params.greedy:
             return SamplingParams(max_tokens=max_new, temperature=0.0, stop=stops)
         # A per-request seed: vLLM gives the request its own generator, independent of the batch.
@@ -412,37 +266,26 @@ class VLLMBackend:
                               stop=stops, seed=seed)
 
     def generate(self, conversations: list[Conversation], params: GenParams,
-                 seeds: Sequence[int | None] | None = None) -> list[Completion]:
+                 seeds: Sequence[int | None] | None = None,
+                 meta: Sequence[RequestMeta] | None = None) -> list[Completion]:
         """One Completion per conversation, in order, from a single `LLM.generate` call (row i seeded `seeds[i]`)."""
         if self.llm is None:
             raise BackendUnavailable(f"vllm backend for '{self.spec.name}' is closed")
-        if params.max_tokens < 1:
-            raise ConfigError(f"max_tokens must be >= 1, got {params.max_tokens}")
-        results: list[Completion | None] = [None] * len(conversations)
-        prompts: list[dict[str, Any]] = []
-        sampling: list[Any] = []
-        index: list[int] = []
-        row_seed = row_seeds(params, len(conversations), seeds)
-        for i, conv in enumerate(conversations):
-            ids = self.encode(conv)
-            max_new = new_token_budget(len(ids), params.max_tokens, self.spec.context_length)
-            if not max_new:
-                results[i] = context_full(len(ids))
-                continue
-            prompts.append({"prompt_token_ids": ids})
-            sampling.append(self._sampling(params, max_new, row_seed[i]))
-            index.append(i)
-        if prompts:
-            stops = tuple(s for s in params.stop if s)
+        results, rows = plan_rows(self.encode, conversations, params, seeds, self.spec.context_length)
+        if rows:
+            prompts = [{"prompt_token_ids": r.ids} for r in rows]
+            sampling = [self._sampling(params, r.max_new, r.seed) for r in rows]
+            stops = stop_strings(params)
             t0 = time.perf_counter()
             outs = self.llm.generate(prompts, sampling, use_tqdm=False)
             latency = time.perf_counter() - t0
-            for i, prompt, out in zip(index, prompts, outs, strict=True):
-                results[i] = self._finish(out, len(prompt["prompt_token_ids"]), stops, latency)
+            for r, out in zip(rows, outs, strict=True):
+                results[r.index] = self._finish(out, len(r.ids), stops, latency)
         return complete(results)
 
     # -- streaming (StreamingBackend): requests join the running batch between engine steps --------
-    def submit(self, key: str, conversation: Conversation, params: GenParams) -> None:
+    def submit(self, key: str, conversation: Conversation, params: GenParams,
+               meta: RequestMeta | None = None) -> None:
         if self.llm is None:
             raise BackendUnavailable(f"vllm backend for '{self.spec.name}' is closed")
         ids = self.encode(conversation)
@@ -450,7 +293,7 @@ class VLLMBackend:
         if not max_new:
             self._ready.append((key, context_full(len(ids))))
             return
-        stops = tuple(s for s in params.stop if s)
+        stops = stop_strings(params)
         self._requests[key] = (len(ids), stops, time.perf_counter())
         sampling = self._sampling(params, max_new, params.seed)  # the request's own seed, never the key
         self.llm.llm_engine.add_request(key, {"prompt_token_ids": ids}, sampling)
@@ -474,9 +317,9 @@ class VLLMBackend:
         reason = seq.finish_reason
         finish: FinishReason = "stop" if reason == "stop" else "length" if reason == "length" else "error"
         # vLLM already cut at the stop string; cut again in case it matched inside a special token.
-        cut = min((p for p in (text.find(s) for s in stops) if p >= 0), default=-1)
-        if cut >= 0:
-            text, finish = text[:cut], "stop"
+        cut = cut_at_stop(text, stops)
+        if cut is not None:
+            text, finish = cut, "stop"
         return Completion(text=text, prompt_tokens=n_prompt, completion_tokens=len(seq.token_ids),
                           finish_reason=finish, latency_s=latency, cached_tokens=out.num_cached_tokens or 0)
 
@@ -491,7 +334,7 @@ class VLLMBackend:
             if core is not None:
                 core.shutdown()
         except Exception as e:  # shutting down must not mask the caller's own error
-            log.warning("vllm shutdown: %s", _first_line(e))
+            log.warning("vllm shutdown: %s", first_line(e))
         del llm
         gc.collect()
         if self.device == "cuda":
@@ -504,7 +347,7 @@ class VLLMBackend:
                 destroy_model_parallel()
                 destroy_distributed_environment()
             except Exception as e:
-                log.warning("vllm cleanup: %s", _first_line(e))
+                log.warning("vllm cleanup: %s", first_line(e))
             import torch
 
             torch.cuda.empty_cache()

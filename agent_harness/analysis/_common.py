@@ -33,8 +33,9 @@ class Section:
         return next(t for n, _, t in self.tables if n == name)
 
 
-def parser(description: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=description)
+def parser(name: str, description: str) -> argparse.ArgumentParser:
+    """The arguments every analysis takes; `name` is the analysis's name in `agent-harness analyze NAME`."""
+    p = argparse.ArgumentParser(prog=f"agent-harness analyze {name}", description=description)
     p.add_argument("traces", type=Path, help="traces folder (as written by run_agents.py --out)")
     p.add_argument("--out", type=Path, default=None, help="output folder (default: TRACES/analysis)")
     return p

@@ -1,0 +1,301 @@
+"""Compare models on the same tasks: pass@k with CIs, who solves what, costs, exits, tools, parse errors.
+
+Usage: python analysis/compare_models.py TRACES_DIR [--out DIR]
+   or: agent-harness analyze compare_models TRACES_DIR [--out DIR]
+Writes compare_models.md, one CSV per table and pass_at_1.png, pass_vs_steps.png, tokens_time.png,
+tool_use.png.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from agent_harness.metrics import aggregate_pass_at_k, bootstrap_interval, wilson_interval
+from agent_harness.trace import TraceFrames
+
+from ._common import Section, colors, parser, passed, prepare, savefig, write_section
+
+GROUP = ["model", "scenario", "label"]
+KS = (1, 5, 10)
+MAX_PANELS = 12
+
+
+def pass_ks(samples: int) -> list[int]:
+    """The k > 1 to report: 5 and 10 where the samples allow, and k = samples per task."""
+    return sorted({k for k in KS if 1 < k <= samples} | ({samples} if samples > 1 else set()))
+
+
+def _per_task(g: pd.DataFrame) -> dict[str, list[bool]]:
+    return {str(t): list(v) for t, v in passed(g).groupby(g["task_id"]).agg(list).items()}
+
+
+def pass_table(runs: pd.DataFrame, n_boot: int = 2000) -> pd.DataFrame:
+    """pass@1 over episodes (Wilson 95 % CI); pass@k, k ≤ samples per task (bootstrap CI over tasks).
+
+    Unscored episodes (a scorer fault: `passed` null) are counted apart and left out of every rate,
+    as in summary.json; a group with nothing scored has no rates.
+    """
+    rows = []
+    for (model, scenario, label), group in runs.groupby(GROUP, sort=True):
+        g = group[group["passed"].notna()]
+        row: dict[str, object] = {"model": model, "scenario": scenario, "label": label,
+                                  "tasks": group["task_id"].nunique(), "episodes": len(group),
+                                  "unscored": len(group) - len(g)}
+        if g.empty:
+            rows.append(row)
+            continue
+        per_task = _per_task(g)
+        n, c = len(g), int(passed(g).sum())
+        lo, hi = wilson_interval(c, n)
+        samples = min(len(v) for v in per_task.values())
+        row.update({"samples/task": samples, "passed": c, "pass@1": c / n, "pass@1 lo": lo, "pass@1 hi": hi})
+        for k, value in aggregate_pass_at_k(per_task, pass_ks(samples)).items():
+            row[f"pass@{k}"] = value
+            row[f"pass@{k} lo"], row[f"pass@{k} hi"] = bootstrap_interval(per_task, k=k, n_boot=n_boot)
+        comp = g["compromised"].dropna().astype(bool)
+        if len(comp):
+            row["compromised"] = comp.mean()
+            row["compromised lo"], row["compromised hi"] = wilson_interval(int(comp.sum()), len(comp))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def solved_by_task(runs: pd.DataFrame) -> pd.DataFrame:
+    """(scenario, label, task_id) × model: True when at least one of the model's samples passed."""
+    keys = [runs["scenario"], runs["label"], runs["task_id"], runs["model"]]
+    return passed(runs).groupby(keys).any().unstack()
+
+
+def pairwise(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Per model pair and scenario × label: tasks solved by both/one/neither, with an exact McNemar test.
+
+    Returns (pairs, tasks solved by one model and not another, matrix of "row solved, column not"
+    counts pooled over every scenario × label).
+    """
+    from scipy.stats import binomtest
+
+    solved = solved_by_task(runs)
+    models = list(solved.columns)
+    pairs, only, matrix = [], [], pd.DataFrame(0, index=models, columns=models)
+    for (scenario, label), tab in solved.groupby(level=[0, 1], sort=True):
+        for a, b in itertools.combinations(models, 2):
+            both_ran = tab[[a, b]].dropna()
+            sa, sb = both_ran[a].astype(bool), both_ran[b].astype(bool)
+            only_a, only_b = int((sa & ~sb).sum()), int((sb & ~sa).sum())
+            if both_ran.empty:
+                continue
+            p = binomtest(only_a, only_a + only_b, 0.5).pvalue if only_a + only_b else 1.0
+            pairs.append({"scenario": scenario, "label": label, "model A": a, "model B": b,
+                          "common tasks": len(both_ran), "both": int((sa & sb).sum()), "only A": only_a,
+                          "only B": only_b, "neither": int((~sa & ~sb).sum()), "McNemar p": p})
+            matrix.loc[a, b] += only_a
+            matrix.loc[b, a] += only_b
+            for winner, loser, mask in ((a, b, sa & ~sb), (b, a, sb & ~sa)):
+                only += [{"scenario": scenario, "label": label, "task_id": idx[2], "solved by": winner,
+                          "not solved by": loser} for idx in both_ran.index[mask.to_numpy()]]
+    matrix.index.name = "solved by ↓, not by →"
+    cols = ["scenario", "label", "task_id", "solved by", "not solved by"]
+    return pd.DataFrame(pairs), pd.DataFrame(only, columns=cols), matrix.reset_index()
+
+
+def distributions(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per model × scenario: mean, median, p90 and max of turns, steps, tokens and wall time per episode."""
+    runs = runs.assign(total_tokens=runs["prompt_tokens"].fillna(0) + runs["completion_tokens"].fillna(0))
+    metrics = ["turns_used", "num_steps", "total_tokens", "completion_tokens", "elapsed_seconds"]
+    long = runs.melt(id_vars=["model", "scenario"], value_vars=metrics, var_name="metric").dropna()
+    long["value"] = long["value"].astype(float)
+    stats = long.groupby(["model", "scenario", "metric"], sort=True)["value"]
+    out = stats.agg(["mean", "median", lambda s: s.quantile(0.9), "max"])
+    out.columns = ["mean", "median", "p90", "max"]
+    return out.reset_index()
+
+
+def exit_reasons(runs: pd.DataFrame) -> pd.DataFrame:
+    table = pd.crosstab([runs["model"], runs["scenario"]], runs["exit_reason"].fillna("none"))
+    return table.reset_index().rename_axis(columns=None)
+
+
+def tool_usage(runs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """Per model × tool: calls, calls per episode and the share of episodes that used the tool."""
+    calls = steps[steps["type"] == "tool_call"].assign(tool=lambda d: d["tool"].fillna("?"))
+    episodes = runs.groupby("model").size()
+    if calls.empty:
+        return pd.DataFrame(columns=["model", "tool", "calls", "calls/episode", "episodes using"])
+    table = calls.groupby(["model", "tool"]).agg(calls=("run_id", "size"), users=("run_id", "nunique"))
+    table = table.reset_index()
+    table["calls/episode"] = table["calls"] / table["model"].map(episodes)
+    table["episodes using"] = table["users"] / table["model"].map(episodes)
+    return table.drop(columns="users").sort_values(["model", "calls"], ascending=[True, False])
+
+
+def parse_errors(runs: pd.DataFrame) -> pd.DataFrame:
+    """Parse errors per model turn, and the share of episodes with at least one."""
+    g = runs.groupby(["model", "scenario"], sort=True)
+    out = g.agg(episodes=("run_id", "size"), turns=("turns_used", "sum"),
+                parse_errors=("parse_errors", "sum"))
+    out["parse errors/turn"] = out["parse_errors"] / out["turns"].clip(lower=1)
+    out["episodes with one"] = g["parse_errors"].apply(lambda s: float((s > 0).mean()))
+    return out.reset_index()
+
+
+def _group_name(scenario: str, label: str) -> str:
+    return f"{scenario}\n{label}"
+
+
+def plot_pass(table: pd.DataFrame, out: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    models = sorted(table["model"].unique())
+    groups = sorted({(s, lab) for s, lab in zip(table["scenario"], table["label"], strict=True)})
+    width = 0.8 / len(models)
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(groups) * max(1, len(models) / 3)), 4.2))
+    col = colors(models)
+    for j, model in enumerate(models):
+        t = table[table["model"] == model].set_index(["scenario", "label"]).reindex(groups)
+        x = np.arange(len(groups)) + (j - (len(models) - 1) / 2) * width
+        y = t["pass@1"].to_numpy(float)
+        lo, hi = t["pass@1 lo"].to_numpy(float), t["pass@1 hi"].to_numpy(float)
+        err = np.clip(np.vstack([y - lo, hi - y]), 0, None)  # rounding can leave -1e-17
+        with warnings.catch_warnings():  # matplotlib's yerr check calls math.isfinite on a 1-element row
+            warnings.simplefilter("ignore", DeprecationWarning)
+            ax.bar(x, y, width, yerr=err, capsize=3, label=model, color=col[model])
+    rotate = len(groups) > 4
+    ax.set_xticks(np.arange(len(groups)), [_group_name(*g) for g in groups], fontsize=8,
+                  rotation=30 if rotate else 0, ha="right" if rotate else "center")
+    ax.set_ylim(0, 1.2)
+    ax.set_yticks(np.linspace(0, 1, 6))
+    ax.set_ylabel("pass@1 (95 % Wilson CI)")
+    ax.legend(fontsize=8, ncols=min(4, len(models)), loc="upper center")
+    ax.set_title("pass@1 by model")
+    return savefig(fig, out / "pass_at_1.png")
+
+
+def pass_vs_steps(runs: pd.DataFrame) -> pd.DataFrame:
+    """Share of episodes that passed using at most s model turns, for every s up to the longest episode."""
+    runs = runs.assign(ok=passed(runs))
+    rows = []
+    for (model, scenario, label), g in runs.groupby(GROUP, sort=True):
+        used = g["turns_used"].to_numpy()
+        for s in range(1, int(runs["turns_used"].max()) + 1):
+            rows.append({"model": model, "scenario": scenario, "label": label, "max turns": s,
+                         "pass@1": float((g["ok"].to_numpy() & (used <= s)).mean())})
+    return pd.DataFrame(rows)
+
+
+def plot_pass_vs_steps(curve: pd.DataFrame, out: Path) -> Path:
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    groups = sorted({(s, lab) for s, lab in zip(curve["scenario"], curve["label"], strict=True)})[:MAX_PANELS]
+    ncols = min(3, len(groups))
+    nrows = -(-len(groups) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.2 * nrows), squeeze=False, sharey=True)
+    col = colors(sorted(curve["model"].unique()))
+    for ax, (scenario, label) in zip(axes.flat, groups, strict=False):
+        part = curve[(curve["scenario"] == scenario) & (curve["label"] == label)]
+        for model, g in part.groupby("model"):
+            ax.step(g["max turns"], g["pass@1"], where="post", label=model, color=col[model], marker="o",
+                    ms=3)
+        ax.set_title(f"{scenario} / {label}", fontsize=9)
+        ax.set_xlabel("max model turns")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylim(-0.02, 1.02)
+    for ax in axes.flat[len(groups):]:
+        ax.axis("off")
+    axes[0, 0].set_ylabel("pass@1 within the budget")
+    axes[0, 0].legend(fontsize=7)
+    return savefig(fig, out / "pass_vs_steps.png")
+
+
+def plot_tokens_time(runs: pd.DataFrame, out: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    runs = runs.assign(tokens=runs["prompt_tokens"].fillna(0) + runs["completion_tokens"].fillna(0))
+    per_task = runs.groupby(["model", "scenario", "label", "task_id"])[["tokens", "elapsed_seconds"]].mean()
+    models = sorted(runs["model"].unique())
+    fig, axes = plt.subplots(1, 2, figsize=(max(8.0, 1.6 * len(models) * 2), 3.8))
+    panels = ((axes[0], "tokens", "tokens per task"), (axes[1], "elapsed_seconds", "wall s per task"))
+    for ax, metric, title in panels:
+        data = [per_task.loc[m, metric].dropna().to_numpy() for m in models]
+        ax.boxplot(data, tick_labels=models, showmeans=True)
+        ax.set_title(title + " (mean over samples)")
+        ax.tick_params(axis="x", labelrotation=20, labelsize=8)
+    return savefig(fig, out / "tokens_time.png")
+
+
+def plot_tools(tools: pd.DataFrame, out: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    wide = tools.pivot_table(index="tool", columns="model", values="calls/episode", fill_value=0.0)
+    fig, ax = plt.subplots(figsize=(7, 0.5 + 0.45 * max(1, len(wide)) * max(1, len(wide.columns) / 2)))
+    if wide.empty:
+        ax.text(0.5, 0.5, "no tool calls", ha="center", va="center")
+        ax.axis("off")
+    else:
+        col = colors(list(wide.columns))
+        wide.plot.barh(ax=ax, color=[col[m] for m in wide.columns])
+        ax.set_xlabel("calls per episode")
+        ax.legend(fontsize=8)
+    ax.set_title("tool use")
+    return savefig(fig, out / "tool_use.png")
+
+
+def analyze(frames: TraceFrames, out: Path, n_boot: int = 2000) -> Section:
+    runs, steps = frames.runs, frames.steps
+    table = pass_table(runs, n_boot)
+    pairs, only, matrix = pairwise(runs)
+    tools = tool_usage(runs, steps)
+    curve = pass_vs_steps(runs)
+    sec = Section("Model comparison", text=[
+        f"{len(runs)} complete episodes of {runs['model'].nunique()} model(s) on "
+        f"{runs.groupby(['scenario', 'label', 'task_id']).ngroups} scenario × label × task combination(s).",
+        "pass@1 is the share of passing episodes, with a 95 % Wilson score interval over episodes. "
+        "pass@k (k ≤ samples per task) is the unbiased estimator of Chen et al. averaged over tasks, with a "
+        f"95 % percentile bootstrap interval over tasks ({n_boot} resamples). An unscored episode (a scorer "
+        "fault) is counted in 'unscored' and left out of every rate. compromised is the share of episodes "
+        "whose scorer flagged a compromise (Wilson CI).",
+        "A task is solved by a model when at least one of its samples passed. 'only A' counts tasks solved "
+        "by A and not by B among the tasks both ran; McNemar p is the exact two-sided binomial test on "
+        "only A vs only B (discordant pairs).",
+        "Pass vs turn budget: an episode counts as passed within s turns when it passed and used at most s "
+        "model turns (turns_used = highest step turn + 1; outcome.num_turns does not count a submitting "
+        "turn).",
+    ])
+    sec.tables += [
+        ("pass_at_k", "pass@k per model × scenario × label", table),
+        ("pairwise", "Tasks solved by one model and not the other (per scenario × label)", pairs),
+        ("solved_matrix", "Tasks solved by the row model and not the column model (all scenarios)", matrix),
+        ("solved_only", "Which tasks: solved by one model, not the other", only),
+        ("distributions", "Turns, steps, tokens and wall time per episode", distributions(runs)),
+        ("exit_reasons", "Exit reasons (episodes)", exit_reasons(runs)),
+        ("tool_usage", "Tool use", tools),
+        ("parse_errors", "Parse errors", parse_errors(runs)),
+        ("pass_vs_steps", "pass@1 within a turn budget", curve),
+    ]
+    sec.plots += [
+        ("pass@1 by model (95 % CI)", plot_pass(table, out)),
+        ("pass@1 vs max turns", plot_pass_vs_steps(curve, out)),
+        ("Tokens and wall time per task", plot_tokens_time(runs, out)),
+        ("Tool use per episode", plot_tools(tools, out)),
+    ]
+    return sec
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser("compare_models", __doc__.splitlines()[0])
+    p.add_argument("--boot", type=int, default=2000, help="bootstrap resamples for pass@k CIs")
+    args = p.parse_args(argv)
+    frames, out = prepare(args)
+    section = analyze(frames, out, args.boot)
+    print(f"wrote {write_section(section, out, 'compare_models')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,1 +1,0 @@
-"""Cross-model trace analyses: each module is a script (`python analysis/NAME.py TRACES_DIR`)."""

@@ -4,7 +4,7 @@ Layout: ``<out>/<model>/<scenario>/<label>/run_<task>__s<K>.json`` where <task> 
 slug of the task id (``Python/5`` → ``run_Python-5__s0.json``) and K the sample, so inserting a task
 moves no other task's file. Schema 1.0-1.2 traces were named ``run_NNN.json`` by task position; they
 still load.
-The format is described by ``trace_schema.json`` next to this module.
+The format is defined by `trace_model.Trace`; ``trace_schema.json`` next to this module is generated from it.
 """
 
 from __future__ import annotations
@@ -19,20 +19,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from .text import safe_text
+from .trace_model import READABLE_VERSIONS, SCHEMA_VERSION, StepType
+
+__all__ = ["READABLE_VERSIONS", "SCHEMA_VERSION", "STEP_TYPES", "TraceFrames", "load_traces", "validate_trace"]
 
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
-# 1.1: the "submit_check" step type; 1.2: cached prompt token counts; 1.3: the run configuration
-# fingerprint, files named by task id
-SCHEMA_VERSION = "1.3"
-READABLE_VERSIONS = ("1.0", "1.1", "1.2", "1.3")
-SCHEMA_PATH = Path(__file__).with_name("trace_schema.json")
-STEP_TYPES = ("thought", "tool_call", "tool_result", "final", "parse_error", "submit_check")
+SCHEMA_PATH = Path(__file__).with_name("trace_schema.json")  # generated from trace_model
+STEP_TYPES = get_args(StepType)
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")

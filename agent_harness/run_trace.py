@@ -7,7 +7,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from .agent import Episode
 from .baseline import SingleShotEpisode
@@ -17,7 +17,7 @@ from .reflect import ReflectEpisode
 from .registry import ModelSpec
 from .sandbox import describe_bounds
 from .trace import SCHEMA_VERSION, harness_version
-from .trace_model import AgentInfo, Fingerprint, Generation, ModelInfo, Outcome, Prompt, Trace
+from .trace_model import AgentInfo, Fingerprint, Generation, Mode, ModelInfo, Outcome, Prompt, Sandbox, Strategy, Trace
 from .types import BackendInfo, GenParams, Task
 
 
@@ -56,7 +56,7 @@ class Live:
 
 def new_trace(cfg: RunConfig, spec: ModelSpec, info: BackendInfo, job: Job, ep_params: GenParams,
               system: str, sandbox: str, demo: list[Any] | None = None) -> Trace:
-    """The trace an episode starts with: the header, no steps, an empty outcome."""
+    """The trace an episode starts with: the header, no steps, an empty outcome (validated here: the casts)."""
     agent = cfg.agent
     fingerprint = {"fingerprint": Fingerprint(**job.fingerprint)} if job.fingerprint else {}
     return Trace(
@@ -73,11 +73,11 @@ def new_trace(cfg: RunConfig, spec: ModelSpec, info: BackendInfo, job: Job, ep_p
         generation=Generation(max_tokens=ep_params.max_tokens, temperature=ep_params.temperature,
                               top_p=ep_params.top_p, stop=list(ep_params.stop), seed=cfg.seed,
                               temperature_schedule=spec.temperature_schedule, context_length=spec.context_length),
-        sandbox=sandbox,
+        sandbox=cast(Sandbox, sandbox),
         sandbox_bounds=describe_bounds(sandbox=sandbox),
         harness_version=harness_version(),
         **fingerprint,
-        agent=AgentInfo(mode=cfg.mode, strategy=cfg.strategy, max_steps=agent.max_steps,
+        agent=AgentInfo(mode=cast(Mode, cfg.mode), strategy=cast(Strategy, cfg.strategy), max_steps=agent.max_steps,
                         max_total_tokens=agent.max_total_tokens, max_wall_s=agent.max_wall_s,
                         tool_options=asdict(agent.tool_options), repeat_detection=agent.repeat_detection,
                         format_reminder=agent.format_reminder, loop_temperature=agent.loop_temperature,

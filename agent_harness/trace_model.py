@@ -2,8 +2,8 @@
 
 The runner builds every trace through `Trace` and writes `Trace.to_json()`; ``trace_schema.json``
 is generated from these models (``python -m agent_harness.trace_model > agent_harness/trace_schema.json``,
-and a test fails when the committed file differs); the loader's per-episode columns (`RUN_COLUMNS`)
-and the export's typed columns name fields of these models.
+and a test fails when the committed file differs); the loader's columns (`RUN_COLUMNS`, `STEP_COLUMNS`)
+name the fields they read here, and the export's typed columns are fields of these models.
 
 Schema versions: 1.1 added the "submit_check" step type, 1.2 cached prompt token counts, 1.3 the run
 configuration fingerprint and files named by task id. Fields an older trace may lack have defaults,
@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated, Any, Literal, Required
+from typing import Annotated, Any, Literal, NamedTuple, Required
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 from pydantic.json_schema import GenerateJsonSchema
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
-SCHEMA_VERSION = "1.3"
 SchemaVersion = Literal["1.0", "1.1", "1.2", "1.3"]
+SCHEMA_VERSION: SchemaVersion = "1.3"
 READABLE_VERSIONS: tuple[str, ...] = ("1.0", "1.1", "1.2", "1.3")
 StepType = Literal["thought", "tool_call", "tool_result", "final", "parse_error", "submit_check", "attempt",
                    "feedback"]
@@ -263,6 +263,43 @@ class Trace(_Part):
         data = self.model_dump(exclude={"steps"})
         return {name: (list(self.steps) if name == "steps" else data[name])
                 for name in type(self).model_fields if name == "steps" or name in data}
+
+
+# -- the loader's columns (trace.load_traces) -----------------------------------------------------
+
+class Column(NamedTuple):
+    """A column of the loader's frames: the field it reads (a dotted path into `Trace`, or into `Step` for
+    step columns; "" when the loader computes it) and its value when an older or partial trace lacks it."""
+
+    field: str = ""
+    default: Any = None
+
+
+RUN_COLUMNS: dict[str, Column] = {
+    "path": Column(), "run_id": Column("run_id"), "model": Column("model.name"), "backend": Column("model.backend"),
+    "backend_requested": Column("model.backend_requested"), "fallback_reason": Column("model.fallback_reason"),
+    "scenario": Column("scenario"), "label": Column("label"), "task_id": Column("task_id"),
+    "task_index": Column("task_index"), "sample": Column("sample", 0), "mode": Column("agent.mode", "agent"),
+    "passed": Column("outcome.passed"), "compromised": Column("outcome.compromised"),
+    "exit_reason": Column("outcome.exit_reason"), "num_steps": Column("outcome.num_steps"),  # default: len(steps)
+    "num_turns": Column("outcome.num_turns"), "turns_used": Column(),
+    "prompt_tokens": Column("outcome.prompt_tokens"), "cached_prompt_tokens": Column("outcome.cached_prompt_tokens"),
+    "completion_tokens": Column("outcome.completion_tokens"), "elapsed_seconds": Column("outcome.elapsed_seconds"),
+    "parse_errors": Column(), "tool_calls": Column(), "sandbox": Column("sandbox"),
+    "embedding_model": Column("embeddings.model"), "error": Column("outcome.error"),
+    "harness_version": Column("harness_version"), "timestamp": Column("timestamp"),
+    "completed": Column("outcome.completed"), "fingerprint": Column("fingerprint.hash"),  # None before 1.3
+}
+STEP_KEYS = ("run_id", "model", "scenario", "label", "task_id", "sample", "passed")  # run columns on every step row
+STEP_COLUMNS: dict[str, Column] = {
+    "i": Column("i"), "turn": Column("turn"), "type": Column("type"), "tool": Column("tool"), "args": Column("args"),
+    "text": Column("text", ""), "prompt_tokens": Column("tokens.prompt"),
+    "completion_tokens": Column("tokens.completion"), "cached_tokens": Column("tokens.cached"),
+    "latency_s": Column("latency_s"), "has_embedding": Column(),
+}
+# Fields without which the loader skips a trace (KeyError), however old: the rest may be missing.
+LOADER_REQUIRED = frozenset({"run_id", "scenario", "label", "task_id", "model", "model.name", "model.backend",
+                             "outcome", "steps", "i", "type"})
 
 
 # -- the generated JSON schema ------------------------------------------------------------------

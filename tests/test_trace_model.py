@@ -87,3 +87,83 @@ def test_scoring_fields_are_written_only_once_set() -> None:
     dumped = out.model_dump()
     assert dumped["score_details"] == {} and "score_error" not in dumped
     assert list(dumped)[:3] == ["completed", "passed", "compromised"]  # declared order, as written before
+
+
+def _has_field(model: Any, path: str) -> bool:
+    """Whether the dotted `path` names a field of a pydantic model or TypedDict (through optional parts)."""
+    import types
+    import typing
+
+    for key in path.split("."):
+        hints = typing.get_type_hints(model, include_extras=False)
+        if key not in hints:
+            return False
+        model = hints[key]
+        while typing.get_origin(model) in (typing.Union, types.UnionType):
+            model = next(a for a in typing.get_args(model) if a is not type(None))
+    return True
+
+
+def test_loader_columns_read_fields_of_the_model() -> None:
+    from agent_harness.trace import RUN_COLUMNS, STEP_COLUMNS
+    from agent_harness.trace_model import LOADER_REQUIRED, STEP_KEYS, Step
+    from agent_harness.trace_model import RUN_COLUMNS as RUN_SPEC
+    from agent_harness.trace_model import STEP_COLUMNS as STEP_SPEC
+
+    assert list(RUN_SPEC) == RUN_COLUMNS and [*STEP_KEYS, *STEP_SPEC] == STEP_COLUMNS
+    for name, col in RUN_SPEC.items():
+        assert not col.field or _has_field(Trace, col.field), name
+    for name, col in STEP_SPEC.items():
+        assert not col.field or _has_field(Step, col.field), name
+    assert all(_has_field(Trace, f) or _has_field(Step, f) for f in LOADER_REQUIRED)
+    assert not _has_field(Trace, "outcome.nonsense")
+
+
+def test_export_leaves_only_named_model_fields_untyped() -> None:
+    from agent_harness import export
+    from agent_harness.trace_model import Step
+
+    assert set(export.UNTYPED_HEADER) <= set(Trace.model_fields)
+    assert set(export.UNTYPED_OUTCOME) <= set(Outcome.model_fields)
+    assert set(export.UNTYPED_STEP) <= set(Step.__annotations__)
+    row = export.step_row({"i": 0, "turn": 0, "type": "thought", "text": "x", "seed": 3})
+    assert json.loads(row["extra"]) == {"seed": 3} and row["text"] == "x"
+
+
+def test_embeddings_go_to_the_trace_not_into_the_episodes_steps(tmp_path: Path) -> None:
+    """The trace holds copies of the steps: the embedder's vectors never land in the episode's own records."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from agent_harness.backends.scripted import ScriptedBackend
+    from agent_harness.registry import ModelSpec
+    from agent_harness.run_trace import Live
+    from agent_harness.runner import ModelRun, RunConfig, model_jobs, plan_jobs
+
+    class Lengths:
+        name, dim = "lengths", 2
+
+        def embed(self, texts: list[str]) -> list[list[float]]:
+            return [[float(len(t)), 1.0] for t in texts]
+
+    class Keeping(ModelRun):
+        def _finish(self, live: Live) -> Trace:
+            trace = super()._finish(live)
+            episodes.append(live.episode.steps)
+            return trace
+
+    spec = ModelSpec(name="oracle", backend="scripted", script="oracle")
+    cfg = RunConfig(models=[spec], out=tmp_path / "t", n=2, concurrency=2, embed=False)
+    [(_, _, planned)] = list(plan_jobs(cfg))
+    jobs = model_jobs(cfg, spec, planned)
+    backend = ScriptedBackend("oracle")
+    backend.bind_tasks([j.task for j in jobs])
+    episodes: list[list[dict[str, Any]]] = []
+    done: list[Trace] = []
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        Keeping(cfg, spec, backend, Lengths(), pool, done.append).run(jobs)
+    assert len(done) == 2 and all(t.outcome.passed for t in done)
+    assert all(steps and not any("embedding" in s for s in steps) for steps in episodes)
+    for j in jobs:
+        data = json.loads(j.path.read_text())
+        assert data["embeddings"] == {"model": "lengths", "dim": 2} and validate_trace(data) == []
+        assert [s["embedding"] for s in data["steps"]] == [[float(len(s["text"])), 1.0] for s in data["steps"]]

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError, HarnessError
+from .trace_model import READABLE_VERSIONS, Outcome, Step, Trace
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -25,13 +26,14 @@ if TYPE_CHECKING:
 ROWS_PER_SHARD = 500
 DATA_DIR = "data"
 
-_HEADER = ("schema_version", "run_id", "scenario", "task_id", "task_index", "label", "sample", "timestamp",
-           "model", "generation", "sandbox", "harness_version", "agent", "prompt", "steps", "embeddings", "outcome")
-_STEP = ("i", "turn", "type", "text", "raw", "tool", "args", "call_id", "repairs", "finish_reason", "tokens",
-         "latency_s", "embedding")
-_OUTCOME = ("completed", "passed", "compromised", "exit_reason", "num_steps", "num_turns", "elapsed_seconds",
-            "prompt_tokens", "cached_prompt_tokens", "completion_tokens", "error", "final", "test_output", "diff",
-            "score_details")
+# Fields of the trace model (trace_model.py) without a typed column of their own: like keys the model does not
+# know (newer or foreign traces), they go to the row's JSON `extra` column. Every other field has a column.
+UNTYPED_HEADER = ("sandbox_bounds", "fingerprint")
+UNTYPED_OUTCOME = ("score_error",)
+UNTYPED_STEP = ("endpoint", "seed", "check", "output", "temperature", "elided", "file", "tests", "stale", "note")
+_HEADER = tuple(f for f in Trace.model_fields if f not in UNTYPED_HEADER)
+_OUTCOME = tuple(f for f in Outcome.model_fields if f not in UNTYPED_OUTCOME)
+_STEP = tuple(f for f in Step.__annotations__ if f not in UNTYPED_STEP)
 
 
 class HubPushError(HarnessError):
@@ -56,6 +58,10 @@ def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def _bool(value: Any) -> bool | None:
     return value if isinstance(value, bool) else None
 
@@ -70,7 +76,7 @@ def _embedding(value: Any) -> list[float] | None:
 
 def step_row(s: dict[str, Any]) -> dict[str, Any]:
     """One step as a struct (see `schema()`); keys the schema does not know go to `extra`."""
-    tokens = s.get("tokens") if isinstance(s.get("tokens"), dict) else {}
+    tokens = _dict(s.get("tokens"))
     repairs = s.get("repairs")
     extra = {k: v for k, v in s.items() if k not in _STEP}
     return {
@@ -87,14 +93,15 @@ def step_row(s: dict[str, Any]) -> dict[str, Any]:
 
 def episode_row(data: dict[str, Any], source: str) -> dict[str, Any]:
     """One trace as one row (see `schema()`)."""
-    model = data.get("model") if isinstance(data.get("model"), dict) else {}
-    prompt = data.get("prompt") if isinstance(data.get("prompt"), dict) else {}
-    out = data.get("outcome") if isinstance(data.get("outcome"), dict) else {}
-    emb = data.get("embeddings") if isinstance(data.get("embeddings"), dict) else {}
-    steps = data.get("steps") if isinstance(data.get("steps"), list) else []
+    model = _dict(data.get("model"))
+    prompt = _dict(data.get("prompt"))
+    out = _dict(data.get("outcome"))
+    emb = _dict(data.get("embeddings"))
+    steps = data.get("steps")
+    steps = steps if isinstance(steps, list) else []
     extra = {k: v for k, v in data.items() if k not in _HEADER}
     extra.update({f"outcome.{k}": v for k, v in out.items() if k not in _OUTCOME})
-    agent = data.get("agent") if isinstance(data.get("agent"), dict) else {}
+    agent = _dict(data.get("agent"))
     return {
         "run_id": _str(data.get("run_id")), "schema_version": _str(data.get("schema_version")),
         "scenario": _str(data.get("scenario")), "task_id": _str(data.get("task_id")),
@@ -148,8 +155,6 @@ def schema() -> pa.Schema:
 
 def read_episodes(traces: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """(rows, skipped) for every ``run_*.json`` under `traces`; unreadable files are listed, not fatal."""
-    from .trace import READABLE_VERSIONS
-
     rows: list[dict[str, Any]] = []
     skipped: list[str] = []
     for path in sorted(traces.rglob("run_*.json")):

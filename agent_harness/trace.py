@@ -4,7 +4,7 @@ Layout: ``<out>/<model>/<scenario>/<label>/run_<task>__s<K>.json`` where <task> 
 slug of the task id (``Python/5`` → ``run_Python-5__s0.json``) and K the sample, so inserting a task
 moves no other task's file. Schema 1.0-1.2 traces were named ``run_NNN.json`` by task position; they
 still load.
-The format is described by ``trace_schema.json`` next to this module.
+The format is defined by `trace_model.Trace`; ``trace_schema.json`` next to this module is generated from it.
 """
 
 from __future__ import annotations
@@ -15,24 +15,25 @@ import os
 import re
 import subprocess
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from .text import safe_text
+from .trace_model import LOADER_REQUIRED, READABLE_VERSIONS, SCHEMA_VERSION, STEP_KEYS, StepType
+from .trace_model import RUN_COLUMNS as RUN_SPEC
+from .trace_model import STEP_COLUMNS as STEP_SPEC
+
+__all__ = ["READABLE_VERSIONS", "SCHEMA_VERSION", "STEP_TYPES", "TraceFrames", "load_traces", "validate_trace"]
 
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
-# 1.1: the "submit_check" step type; 1.2: cached prompt token counts; 1.3: the run configuration
-# fingerprint, files named by task id
-SCHEMA_VERSION = "1.3"
-READABLE_VERSIONS = ("1.0", "1.1", "1.2", "1.3")
-SCHEMA_PATH = Path(__file__).with_name("trace_schema.json")
-STEP_TYPES = ("thought", "tool_call", "tool_result", "final", "parse_error", "submit_check")
+SCHEMA_PATH = Path(__file__).with_name("trace_schema.json")  # generated from trace_model
+STEP_TYPES = get_args(StepType)
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -157,17 +158,27 @@ class TraceFrames:
     embeddings: np.ndarray = field(default_factory=lambda: _empty_matrix(0))
 
 
-RUN_COLUMNS = [
-    "path", "run_id", "model", "backend", "backend_requested", "fallback_reason", "scenario", "label",
-    "task_id", "task_index", "sample", "mode", "passed", "compromised", "exit_reason", "num_steps",
-    "num_turns", "turns_used", "prompt_tokens", "cached_prompt_tokens", "completion_tokens", "elapsed_seconds",
-    "parse_errors", "tool_calls", "sandbox", "embedding_model", "error", "harness_version", "timestamp", "completed",
-    "fingerprint",
-]
-STEP_COLUMNS = [
-    "run_id", "model", "scenario", "label", "task_id", "sample", "passed", "i", "turn", "type", "tool",
-    "args", "text", "prompt_tokens", "completion_tokens", "cached_tokens", "latency_s", "has_embedding",
-]
+RUN_COLUMNS = list(RUN_SPEC)  # one row per episode; trace_model.RUN_COLUMNS says what each reads
+STEP_COLUMNS = [*STEP_KEYS, *STEP_SPEC]
+
+
+def _getter(path: str, default: Any) -> Callable[[dict[str, Any]], Any]:
+    """Read `path` (dotted) from a trace or step; a field in LOADER_REQUIRED raises KeyError when missing."""
+    keys = path.split(".")
+    walk = [(k, ".".join(keys[:n + 1]) in LOADER_REQUIRED) for n, k in enumerate(keys[:-1])]
+    leaf, required = keys[-1], path in LOADER_REQUIRED
+
+    def get(data: dict[str, Any]) -> Any:
+        for k, must in walk:
+            data = data[k] if must else (data.get(k) or {})
+        return data[leaf] if required else data.get(leaf, default)
+
+    return get
+
+
+_RUN_GET = {name: _getter(c.field, c.default) for name, c in RUN_SPEC.items() if c.field}
+_STEP_GET = {name: _getter(c.field, c.default) for name, c in STEP_SPEC.items() if c.field}
+
 
 # A step's embedding array, cut out of the raw JSON so that its floats are parsed in bulk (pandas'
 # C float parser) rather than as one Python float each: that is most of the load time. The
@@ -201,38 +212,19 @@ def _parse(raw: bytes, cut: bool) -> tuple[dict[str, Any], list[bytes]]:
 
 
 def _rows(path: Path, data: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    out, model, steps = data["outcome"], data["model"], data["steps"]
-    run = {
-        "path": str(path), "run_id": data["run_id"], "model": model["name"], "backend": model["backend"],
-        "backend_requested": model.get("backend_requested"), "fallback_reason": model.get("fallback_reason"),
-        "scenario": data["scenario"], "label": data["label"], "task_id": data["task_id"],
-        "task_index": data.get("task_index"), "sample": data.get("sample", 0),
-        "mode": (data.get("agent") or {}).get("mode", "agent"),
-        "passed": out.get("passed"), "compromised": out.get("compromised"),
-        "exit_reason": out.get("exit_reason"), "num_steps": out.get("num_steps", len(steps)),
-        "num_turns": out.get("num_turns"),
-        "turns_used": max((s.get("turn") or 0 for s in steps), default=-1) + 1,
-        "prompt_tokens": out.get("prompt_tokens"), "cached_prompt_tokens": out.get("cached_prompt_tokens"),
-        "completion_tokens": out.get("completion_tokens"), "elapsed_seconds": out.get("elapsed_seconds"),
-        "parse_errors": sum(s["type"] == "parse_error" for s in steps),
-        "tool_calls": sum(s["type"] == "tool_call" for s in steps), "sandbox": data.get("sandbox"),
-        "embedding_model": (data.get("embeddings") or {}).get("model"), "error": out.get("error"),
-        "harness_version": data.get("harness_version"), "timestamp": data.get("timestamp"),
-        "completed": out.get("completed"),
-        "fingerprint": (data.get("fingerprint") or {}).get("hash"),  # None before schema 1.3
-    }
-    keys = {k: run[k] for k in ("run_id", "model", "scenario", "label", "task_id", "sample", "passed")}
-    return run, [_step_row(keys, s) for s in steps]
+    steps = data["steps"]
+    run = {name: get(data) for name, get in _RUN_GET.items()}
+    if "num_steps" not in data["outcome"]:
+        run["num_steps"] = len(steps)
+    run.update(path=str(path), turns_used=max((s.get("turn") or 0 for s in steps), default=-1) + 1,
+               parse_errors=sum(s["type"] == "parse_error" for s in steps),
+               tool_calls=sum(s["type"] == "tool_call" for s in steps))
+    keys = {k: run[k] for k in STEP_KEYS}
+    return {name: run[name] for name in RUN_COLUMNS}, [_step_row(keys, s) for s in steps]
 
 
 def _step_row(keys: dict[str, Any], s: dict[str, Any]) -> dict[str, Any]:
-    tokens = s.get("tokens") or {}
-    return {
-        **keys, "i": s["i"], "turn": s.get("turn"), "type": s["type"], "tool": s.get("tool"),
-        "args": s.get("args"), "text": s.get("text", ""), "prompt_tokens": tokens.get("prompt"),
-        "completion_tokens": tokens.get("completion"), "cached_tokens": tokens.get("cached"),
-        "latency_s": s.get("latency_s"), "embedding": s.get("embedding"),
-    }
+    return {**keys, **{name: get(s) for name, get in _STEP_GET.items()}, "embedding": s.get("embedding")}
 
 
 class _Embeddings:

@@ -1,0 +1,148 @@
+"""What a run does: its configuration, the jobs (model × scenario × label × task × sample) and which of
+them `--resume` still has to run."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from .agent import AgentConfig
+from .errors import ConfigError
+from .fingerprint import episode_fingerprint, run_config
+from .registry import ModelSpec
+from .scenarios import SingleShot, TaskQuery, get_scenario
+from .strategies.reflect import ReflectConfig, require_reflectable
+from .trace import resume_status, task_slugs, trace_path
+from .types import Task
+
+STRATEGIES = ("react", "reflect", "single_shot")
+
+
+@dataclass
+class RunConfig:
+    """Everything one invocation of the runner needs (the CLI fills it from flags)."""
+
+    models: list[ModelSpec]
+    scenarios: list[str] = field(default_factory=lambda: ["humanevalfix"])
+    labels: list[str] | None = None  # None: each scenario's first label (gold)
+    n: int | None = None
+    task_ids: tuple[str, ...] = ()
+    samples: int = 1
+    out: Path = Path("traces")
+    resume: bool = False
+    concurrency: int = 16
+    seed: int = 0
+    embed: bool = True
+    strategy: str = "react"  # react (the tool agent) | reflect | single_shot
+    dataset_path: Path | None = None
+    dataset_hub: bool = False  # HumanEvalFix from the Hugging Face Hub instead of the vendored copy
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    workers: int = 4  # threads running tools, tests and workspace set-up
+    progress: bool = True
+    backend: str | None = None  # force this backend for every model (default: each model's own)
+    streaming: bool = True  # continuous batching when the backend supports it (else one batch per tick)
+    reflect: ReflectConfig = field(default_factory=ReflectConfig)
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ConfigError(f"unknown strategy '{self.strategy}'; valid: {', '.join(STRATEGIES)}")
+
+    @property
+    def mode(self) -> str:
+        """The trace's older name for the strategy: 'agent' for react (readers of schema 1.x use it)."""
+        return "agent" if self.strategy == "react" else self.strategy
+
+
+@dataclass
+class Job:
+    task: Task
+    index: int
+    sample: int
+    scenario: str  # directory name: scenario, or "<scenario>-<strategy>" (single_shot, reflect)
+    path: Path
+    scenario_name: str = ""  # the registry name (scoring)
+    fingerprint: dict[str, Any] = field(default_factory=dict)  # the header's block (fingerprint.py)
+
+
+def _task_index(task: Task, position: int) -> int:
+    return int(task.metadata.get("index", position))
+
+
+def plan_jobs(cfg: RunConfig) -> Iterator[tuple[str, str, list[Job]]]:
+    """Yield (scenario, label, jobs) for every scenario × label, jobs in a stable order."""
+    scenarios = {name: get_scenario(name) for name in cfg.scenarios}
+    known = {label for sc in scenarios.values() for label in sc.labels}
+    unknown = [label for label in cfg.labels or [] if label != "all" and label not in known]
+    if unknown:
+        raise ConfigError(f"unknown label '{unknown[0]}' for scenario(s) {', '.join(scenarios)}; "
+                          f"valid: {', '.join(sorted(known))}, all")
+    for name, scenario in scenarios.items():
+        wanted = scenario.labels if cfg.labels and "all" in cfg.labels else cfg.labels or [scenario.labels[0]]
+        for label in wanted:
+            if label not in scenario.labels:
+                continue
+            if cfg.strategy == "single_shot" and not isinstance(scenario, SingleShot):
+                raise ConfigError(f"scenario '{name}' has no single-shot baseline")
+            if cfg.strategy == "reflect":
+                require_reflectable(name, scenario)
+            query = TaskQuery(label=label, n=cfg.n, task_ids=cfg.task_ids, dataset_path=cfg.dataset_path,
+                              options={"hub": True} if cfg.dataset_hub else {})
+            tasks = scenario.load_tasks(query)
+            dirname = name if cfg.strategy == "react" else f"{name}-{cfg.strategy}"
+            yield name, label, [
+                Job(t, _task_index(t, i), s, dirname, Path(), name)
+                for i, t in enumerate(tasks)
+                for s in range(cfg.samples)
+            ]
+
+
+def model_jobs(cfg: RunConfig, spec: ModelSpec, planned: list[Job]) -> list[Job]:
+    """`planned` for one model: each job with its trace path and fingerprint; stale temp files removed."""
+    run_cfg = run_config(spec, cfg.backend, cfg.mode, cfg.agent, cfg.seed,
+                         asdict(cfg.reflect) if cfg.strategy == "reflect" else None)
+    slugs: dict[tuple[str, str], dict[str, str]] = {}
+    for j in planned:
+        slugs.setdefault((j.scenario, j.task.label), {})[j.task.id] = ""
+    for key, ids in slugs.items():
+        slugs[key] = task_slugs(ids)
+    jobs = [replace(j, path=trace_path(cfg.out, spec.name, j.scenario, j.task.label,
+                                       slugs[(j.scenario, j.task.label)][j.task.id], j.sample),
+                    fingerprint=episode_fingerprint(run_cfg, j.scenario_name, j.task, j.sample))
+            for j in planned]
+    for d in {j.path.parent for j in jobs}:  # temp files of a killed run's last write
+        for stale in d.glob(".run_*.tmp") if d.is_dir() else ():
+            stale.unlink(missing_ok=True)
+    return jobs
+
+
+def pending_jobs(cfg: RunConfig, jobs: list[Job], counts: Counter[str]) -> list[Job]:
+    """The jobs to run: all of them, or with --resume those without a reusable trace (tallied in `counts`)."""
+    if not cfg.resume:
+        return list(jobs)
+    pending = []
+    for j in jobs:
+        status = resume_status(j.path, j.fingerprint["hash"])
+        counts[status] += 1
+        if status != "reuse":
+            pending.append(j)
+    return pending
+
+
+def report_resume(counts: Counter[str]) -> None:
+    redid = counts["changed"] + counts["incomplete"] + counts["new"]
+    new = f", {counts['new']} new" if counts["new"] else ""
+    print(f"resume: reused {counts['reuse']}, redid {redid} ({counts['changed']} config changed, "
+          f"{counts['incomplete']} incomplete{new})", file=sys.stderr)
+
+
+def report_foreign(out: Path, ours: list[Job]) -> None:
+    """One line when `out` holds traces this run did not plan (other models, tasks, settings or older runs)."""
+    mine = {j.path for j in ours}
+    foreign = sum(1 for p in Path(out).rglob("run_*.json") if p not in mine)
+    if foreign:
+        print(f"note: {out} also holds {foreign} trace(s) of other configurations; the table and summary.json "
+              f"cover this run's {len(mine)} episode(s) only", file=sys.stderr)

@@ -1,0 +1,91 @@
+"""The trace of one running episode: its header built from the run configuration, then kept in step
+with the episode (steps copied, outcome counters, embeddings) until it is written for the last time."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from .agent import Episode
+from .episode import EpisodeState
+from .planning import Job, RunConfig
+from .registry import ModelSpec
+from .sandbox import describe_bounds
+from .strategies.reflect import ReflectEpisode
+from .strategies.single_shot import SingleShotEpisode
+from .trace import SCHEMA_VERSION, harness_version
+from .trace_model import AgentInfo, Fingerprint, Generation, Mode, ModelInfo, Outcome, Prompt, Sandbox, Strategy, Trace
+from .types import BackendInfo, GenParams, Task
+
+
+@dataclass
+class Unstarted(EpisodeState):
+    """Stands in for an episode whose set-up failed, so that the loops finish it like any other."""
+
+    task: Task
+    ws: None = None
+    exit_reason: str | None = field(default="error", kw_only=True)
+
+
+@dataclass
+class Live:
+    """One running episode and the trace that mirrors it on disk."""
+
+    job: Job
+    episode: Episode | SingleShotEpisode | ReflectEpisode | Unstarted
+    trace: Trace
+    started: float = field(default_factory=time.monotonic)
+    vectors: list[list[float]] | None = None  # step embeddings, once the episode is done
+
+    def sync(self) -> None:
+        """Copy the episode's steps and counters into the trace (the episode's own records stay its own)."""
+        ep, out = self.episode, self.trace.outcome
+        steps = [dict(s) for s in ep.steps]
+        for s, vec in zip(steps, self.vectors or (), strict=False):
+            s["embedding"] = vec
+        self.trace.steps = steps  # type: ignore[assignment]  # the episodes' records, typed by trace_model.Step
+        out.num_steps, out.num_turns = len(ep.steps), ep.turn
+        out.prompt_tokens, out.cached_prompt_tokens = ep.prompt_tokens, ep.cached_tokens
+        out.completion_tokens = ep.completion_tokens
+        out.elapsed_seconds = round(time.monotonic() - self.started, 3)
+        out.exit_reason, out.final = ep.exit_reason, ep.final  # type: ignore[assignment]  # an ExitReason
+
+
+def new_trace(cfg: RunConfig, spec: ModelSpec, info: BackendInfo, job: Job, ep_params: GenParams,
+              system: str, sandbox: str, demo: list[Any] | None = None) -> Trace:
+    """The trace an episode starts with: the header, no steps, an empty outcome (validated here: the casts)."""
+    agent = cfg.agent
+    fingerprint = {"fingerprint": Fingerprint(**job.fingerprint)} if job.fingerprint else {}
+    return Trace(
+        schema_version=SCHEMA_VERSION,
+        run_id=uuid.uuid4().hex,
+        scenario=job.scenario,
+        task_id=job.task.id,
+        task_index=job.index,
+        label=job.task.label,
+        sample=job.sample,
+        timestamp=datetime.now(UTC).isoformat(timespec="seconds"),
+        model=ModelInfo(name=spec.name, hf_id=spec.hf_id, backend=info.used, backend_requested=info.requested,
+                        fallback_reason=info.fallback_reason, device=info.device, details=info.details),
+        generation=Generation(max_tokens=ep_params.max_tokens, temperature=ep_params.temperature,
+                              top_p=ep_params.top_p, stop=list(ep_params.stop), seed=cfg.seed,
+                              temperature_schedule=spec.temperature_schedule, context_length=spec.context_length),
+        sandbox=cast(Sandbox, sandbox),
+        sandbox_bounds=describe_bounds(sandbox=sandbox),
+        harness_version=harness_version(),
+        **fingerprint,
+        agent=AgentInfo(mode=cast(Mode, cfg.mode), strategy=cast(Strategy, cfg.strategy), max_steps=agent.max_steps,
+                        max_total_tokens=agent.max_total_tokens, max_wall_s=agent.max_wall_s,
+                        tool_options=asdict(agent.tool_options), repeat_detection=agent.repeat_detection,
+                        format_reminder=agent.format_reminder, loop_temperature=agent.loop_temperature,
+                        demo=agent.demo, submit_checks=agent.submit_checks, concurrency=cfg.concurrency,
+                        history=agent.history, stale_notes=agent.stale_notes,
+                        stale_temperature=agent.stale_temperature),
+        prompt=Prompt(system=system, task=job.task.statement, demo=demo or []),
+        steps=[],
+        embeddings=None,
+        outcome=Outcome.start(),
+    )

@@ -1,0 +1,331 @@
+"""The episode trace, typed: header, steps and outcome. The one definition of the trace format.
+
+The runner builds every trace through `Trace` and writes `Trace.to_json()`; ``trace_schema.json``
+is generated from these models (``python -m agent_harness.trace_model > agent_harness/trace_schema.json``,
+and a test fails when the committed file differs); the loader's columns (`RUN_COLUMNS`, `STEP_COLUMNS`)
+name the fields they read here, and the export's typed columns are fields of these models.
+
+Schema versions: 1.1 added the "submit_check" step type, 1.2 cached prompt token counts, 1.3 the run
+configuration fingerprint and files named by task id. Fields an older trace may lack have defaults,
+so the generated schema validates 1.0-1.3 traces alike.
+
+Presence is deliberate: a field marked `OMIT_UNSET` is written only once it has been set (an outcome
+gets `score_details` or `score_error` only from scoring, the agent block `reflect` only under that
+strategy); every other field is always written, null included. Steps are the episodes' own records
+(plain dicts typed by `Step`), written as they are.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Any, Literal, NamedTuple, Required
+
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic.json_schema import GenerateJsonSchema
+from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
+
+SchemaVersion = Literal["1.0", "1.1", "1.2", "1.3"]
+SCHEMA_VERSION: SchemaVersion = "1.3"
+READABLE_VERSIONS: tuple[str, ...] = ("1.0", "1.1", "1.2", "1.3")
+StepType = Literal["thought", "tool_call", "tool_result", "final", "parse_error", "submit_check", "attempt",
+                   "feedback"]
+ExitReason = Literal["submitted", "max_steps", "budget", "context", "error"]
+Mode = Literal["agent", "single_shot", "reflect"]
+Strategy = Literal["react", "reflect", "single_shot"]
+Sandbox = Literal["bwrap", "rlimit", "none"]
+
+OMIT_UNSET = "omit-unset"  # Annotated/Field metadata: the key is written only after the field was set
+
+
+class _Part(BaseModel):
+    """A trace object: key order as declared; `OMIT_UNSET` fields left out until set."""
+
+    model_config = ConfigDict(extra="allow")
+
+    @model_serializer(mode="wrap")
+    def _present(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        for name, info in type(self).model_fields.items():
+            if OMIT_UNSET in info.metadata and name not in self.model_fields_set:
+                data.pop(name, None)
+        return data
+
+
+def _omit_unset(**kw: Any) -> Any:
+    """A field written only once set (see the module docstring); None until then unless `default_factory`."""
+    f = Field(**kw) if "default_factory" in kw else Field(None, **kw)
+    f.metadata.append(OMIT_UNSET)
+    return f
+
+
+# -- steps ---------------------------------------------------------------------------------------
+
+def _doc(text: str) -> Any:
+    return Field(description=text)
+
+
+class StepTokens(TypedDict, total=False):
+    prompt: int
+    completion: int
+    cached: Annotated[int, _doc("Prompt tokens not computed: vLLM prefix cache, transformers KV reuse, an "
+                                "endpoint's cached_tokens (1.2).")]
+
+
+class ElidedMessage(TypedDict):
+    turn: int
+    role: Literal["assistant", "user"]
+    text: str
+
+
+class FileVersion(TypedDict, total=False):
+    __pydantic_config__ = ConfigDict(extra="allow")  # type: ignore[misc]
+    path: Required[str]
+    sha: Required[str]
+
+
+class TestsResult(TypedDict, total=False):
+    __pydantic_config__ = ConfigDict(extra="allow")  # type: ignore[misc]
+    passed: Required[Any]
+    at: Required[Any]
+
+
+CheckResult = Literal["passed", "failed", "syntax", "signature", "no_code", "repeat", "write_error", "error"]
+
+
+class Step(TypedDict, total=False):
+    """One step of an episode, as the strategies record it (`EpisodeState._step`)."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
+    i: Required[Annotated[int, Field(ge=0)]]
+    turn: Required[Annotated[int, Field(ge=0, description="Model turn this step belongs to.")]]
+    type: Required[StepType]
+    text: Required[str]
+    raw: Annotated[str, _doc("Full model reply; on the first step of each turn.")]
+    tool: str | None
+    args: dict[str, Any] | None
+    call_id: Annotated[str | None, _doc("Links a tool_result to its tool_call.")]
+    repairs: list[str]
+    finish_reason: str
+    tokens: StepTokens | None
+    latency_s: float | None
+    endpoint: Annotated[str | None, _doc("The server that answered (openai backend).")]
+    embedding: list[float] | None
+    seed: Annotated[int | None, _doc("reflect attempt: the turn's sampling seed.")]
+    check: Annotated[CheckResult, _doc("reflect feedback: what the checks or the visible test run found.")]
+    output: Annotated[str, _doc("reflect feedback: the visible test run's output.")]
+    temperature: Annotated[float, _doc("The turn's sampling temperature (react: on its first step; reflect: on its "
+                                       "attempt step).")]
+    elided: Annotated[list[ElidedMessage], _doc("Messages this turn's prompt showed condensed for the first time "
+                                                "(history: condensed).")]
+    file: Annotated[FileVersion, _doc("read_file/write_file results: the file version shown or written.")]
+    tests: Annotated[TestsResult, _doc("run_tests results and submit checks.")]
+    stale: Annotated[bool, _doc("A write that changed nothing or repeated a failed version, told so.")]
+    note: Annotated[str, _doc("Text shown before a submit check's test output.")]
+
+
+# -- header --------------------------------------------------------------------------------------
+
+class ModelInfo(_Part):
+    name: str
+    hf_id: str | None = None
+    backend: str = Field(description="The backend actually used.")
+    backend_requested: str | None = None
+    fallback_reason: str | None = None
+    device: str = "cpu"
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class Generation(_Part):
+    max_tokens: int
+    temperature: float
+    top_p: float
+    stop: list[str]
+    seed: int | None = None
+    temperature_schedule: list[float] | None = None
+    context_length: int | None = None
+
+
+class Fingerprint(_Part):
+    """Schema 1.3: the run configuration this episode ran under; --resume reuses a trace only when `hash` matches."""
+
+    hash: str = Field(description="sha256 of `config` (canonical JSON).")
+    run_hash: str = Field(description="sha256 of `config` without scenario, label, task and sample.")
+    config: dict[str, Any] = Field(description="Registry entry, backend, mode, agent config, seed, harness version, "
+                                               "scenario, label, task id and content digest, sample.")
+
+
+class AgentInfo(_Part):
+    """The strategy and its settings (pre-1.3 traces may hold only `mode`)."""
+
+    mode: Mode = Field(description="The strategy's older name: react is 'agent'.")
+    strategy: Strategy = "react"
+    max_steps: int | None = None
+    max_total_tokens: int | None = None
+    max_wall_s: float | None = None
+    tool_options: dict[str, Any] = Field(default_factory=dict)
+    repeat_detection: bool | None = None
+    format_reminder: bool | None = None
+    loop_temperature: float | None = None
+    demo: bool | None = None
+    submit_checks: int | None = None
+    concurrency: int | None = None
+    history: str | None = None
+    stale_notes: bool | None = None
+    stale_temperature: float | None = None
+    reflect: dict[str, Any] = _omit_unset(default_factory=dict,
+                                          description="reflect only: iters, temperatures, seed_stride.")
+
+
+class ChatTurn(TypedDict):
+    __pydantic_config__ = ConfigDict(extra="allow")  # type: ignore[misc]
+    role: str
+    content: Any
+
+
+class Prompt(_Part):
+    system: str
+    task: str
+    demo: list[ChatTurn] = Field(default_factory=list,
+                                 description="Worked-example chat turns shown before the task (demo.py).")
+
+
+class Embeddings(_Part):
+    """The sentence-embedding model used for step embeddings."""
+
+    model: str
+    dim: int
+
+
+class ScoreError(_Part):
+    type: str
+    message: str
+
+
+class Outcome(_Part):
+    completed: bool = Field(description="The episode finished and was scored.")
+    passed: bool | None
+    compromised: bool | None = None
+    exit_reason: ExitReason | None
+    num_steps: int
+    num_turns: int = 0
+    elapsed_seconds: float
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = Field(0, description="Prompt tokens the backend served from its cache (1.2).")
+    completion_tokens: int = 0
+    error: str | None
+    final: str | None = None
+    test_output: str | None = None
+    diff: str | None = None
+    score_details: dict[str, Any] = _omit_unset(default_factory=dict)
+    score_error: ScoreError | None = _omit_unset(
+        description="The scorer raised: no verdict; passed and compromised are null (unscored).")
+
+    @classmethod
+    def start(cls) -> Outcome:
+        """The outcome of an episode that has not run yet."""
+        return cls(completed=False, passed=None, compromised=None, exit_reason=None, num_steps=0, num_turns=0,
+                   elapsed_seconds=0.0, prompt_tokens=0, cached_prompt_tokens=0, completion_tokens=0, error=None,
+                   final=None, test_output=None, diff=None)
+
+    def add_error(self, msg: str) -> None:
+        self.error = f"{self.error}; {msg}" if self.error else msg
+
+
+class Trace(_Part):
+    """One episode of one model on one task: header, every step, outcome. Written atomically after every step."""
+
+    model_config = ConfigDict(extra="forbid", title="agent-harness episode trace", json_schema_extra={
+        "$schema": "https://json-schema.org/draft/2020-12/schema", "$id": "agent-harness/trace/1.0"})
+
+    schema_version: SchemaVersion
+    run_id: str = Field(description="Unique id of this episode.")
+    scenario: str
+    task_id: str
+    task_index: int = Field(0, ge=0)
+    label: str = Field(description="gold, or an attack label of a security scenario.")
+    sample: int = Field(ge=0)
+    timestamp: str = Field(description="ISO 8601 UTC start time.")
+    model: ModelInfo
+    generation: Generation
+    sandbox: Sandbox
+    sandbox_bounds: dict[str, Any] = Field(default_factory=dict)
+    harness_version: str
+    fingerprint: Fingerprint | None = _omit_unset(description=Fingerprint.__doc__)
+    agent: AgentInfo
+    prompt: Prompt
+    steps: list[Step]
+    embeddings: Embeddings | None = Field(description="null when step embeddings were skipped.")
+    outcome: Outcome
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object to write. Steps go out as the episode recorded them (plain JSON values already)."""
+        data = self.model_dump(exclude={"steps"})
+        return {name: (list(self.steps) if name == "steps" else data[name])
+                for name in type(self).model_fields if name == "steps" or name in data}
+
+
+# -- the loader's columns (trace.load_traces) -----------------------------------------------------
+
+class Column(NamedTuple):
+    """A column of the loader's frames: the field it reads (a dotted path into `Trace`, or into `Step` for
+    step columns; "" when the loader computes it) and its value when an older or partial trace lacks it."""
+
+    field: str = ""
+    default: Any = None
+
+
+RUN_COLUMNS: dict[str, Column] = {
+    "path": Column(), "run_id": Column("run_id"), "model": Column("model.name"), "backend": Column("model.backend"),
+    "backend_requested": Column("model.backend_requested"), "fallback_reason": Column("model.fallback_reason"),
+    "scenario": Column("scenario"), "label": Column("label"), "task_id": Column("task_id"),
+    "task_index": Column("task_index"), "sample": Column("sample", 0), "mode": Column("agent.mode", "agent"),
+    "passed": Column("outcome.passed"), "compromised": Column("outcome.compromised"),
+    "exit_reason": Column("outcome.exit_reason"), "num_steps": Column("outcome.num_steps"),  # default: len(steps)
+    "num_turns": Column("outcome.num_turns"), "turns_used": Column(),
+    "prompt_tokens": Column("outcome.prompt_tokens"), "cached_prompt_tokens": Column("outcome.cached_prompt_tokens"),
+    "completion_tokens": Column("outcome.completion_tokens"), "elapsed_seconds": Column("outcome.elapsed_seconds"),
+    "parse_errors": Column(), "tool_calls": Column(), "sandbox": Column("sandbox"),
+    "embedding_model": Column("embeddings.model"), "error": Column("outcome.error"),
+    "harness_version": Column("harness_version"), "timestamp": Column("timestamp"),
+    "completed": Column("outcome.completed"), "fingerprint": Column("fingerprint.hash"),  # None before 1.3
+}
+STEP_KEYS = ("run_id", "model", "scenario", "label", "task_id", "sample", "passed")  # run columns on every step row
+STEP_COLUMNS: dict[str, Column] = {
+    "i": Column("i"), "turn": Column("turn"), "type": Column("type"), "tool": Column("tool"), "args": Column("args"),
+    "text": Column("text", ""), "prompt_tokens": Column("tokens.prompt"),
+    "completion_tokens": Column("tokens.completion"), "cached_tokens": Column("tokens.cached"),
+    "latency_s": Column("latency_s"), "has_embedding": Column(),
+}
+# Fields without which the loader skips a trace (KeyError), however old: the rest may be missing.
+LOADER_REQUIRED = frozenset({"run_id", "scenario", "label", "task_id", "model", "model.name", "model.backend",
+                             "outcome", "steps", "i", "type"})
+
+
+# -- the generated JSON schema ------------------------------------------------------------------
+
+class _Schema(GenerateJsonSchema):
+    """Plain JSON Schema: no generated titles."""
+
+    def field_title_should_be_set(self, schema: Any) -> bool:
+        return False
+
+    def generate(self, schema: Any, mode: Any = "validation") -> dict[str, Any]:
+        out = super().generate(schema, mode)
+        for sub in out.get("$defs", {}).values():
+            sub.pop("title", None)
+        out.pop("title", None)
+        return {"$schema": out.pop("$schema"), "$id": out.pop("$id"), "title": Trace.model_config["title"], **out}
+
+
+def json_schema() -> dict[str, Any]:
+    """The trace's JSON Schema (what ``trace_schema.json`` holds)."""
+    return Trace.model_json_schema(schema_generator=_Schema)
+
+
+def schema_text() -> str:
+    return json.dumps(json_schema(), indent=2, ensure_ascii=False) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(schema_text())

@@ -112,9 +112,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     registry = load_registry(args.registry)
     specs = registry.resolve(args.models)
-    from .agent import AgentConfig
     from .runner import RunConfig, run
     from .scenarios import get_scenario, scenario_names
+    from .strategies.react import AgentConfig
     from .strategies.reflect import ReflectConfig
     from .summary import print_table
     from .tools import ToolOptions

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 from .trace import harness_version
 
 if TYPE_CHECKING:
-    from .agent import AgentConfig
     from .registry import ModelSpec
+    from .strategies.react import AgentConfig
     from .types import Task
 
 EPISODE_KEYS = ("scenario", "label", "task", "sample")  # left out of `run_hash`

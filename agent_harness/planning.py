@@ -10,11 +10,11 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .agent import AgentConfig
 from .errors import ConfigError
 from .fingerprint import episode_fingerprint, run_config
 from .registry import ModelSpec
 from .scenarios import SingleShot, TaskQuery, get_scenario
+from .strategies.react import AgentConfig
 from .strategies.reflect import ReflectConfig, require_reflectable
 from .trace import resume_status, task_slugs, trace_path
 from .types import Task

@@ -9,11 +9,11 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from .agent import Episode
 from .episode import EpisodeState
 from .planning import Job, RunConfig
 from .registry import ModelSpec
 from .sandbox import describe_bounds
+from .strategies.react import Episode
 from .strategies.reflect import ReflectEpisode
 from .strategies.single_shot import SingleShotEpisode
 from .trace import SCHEMA_VERSION, harness_version

@@ -14,12 +14,12 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, replace
 from typing import Any
 
-from .agent import Episode
 from .errors import BackendError
 from .planning import Job, RunConfig
 from .registry import ModelSpec
 from .run_trace import Live, Unstarted, new_trace
 from .scenarios import Scenario, get_scenario
+from .strategies.react import Episode
 from .strategies.reflect import ReflectEpisode, require_reflectable
 from .strategies.single_shot import SingleShotEpisode
 from .text import error_message, error_text, safe_text

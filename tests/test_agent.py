@@ -8,10 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from agent_harness.agent import FINAL_IGNORED, FINAL_REFUSED, NOTHING_CHANGED, AgentConfig, Episode, run_episode
 from agent_harness.backends.scripted import ScriptedBackend
 from agent_harness.protocol import ERROR_HEADER, NEXT_STEP, OBSERVATION_HEADER, next_step
 from agent_harness.sandbox import Limits
+from agent_harness.strategies.react import (
+    FINAL_IGNORED,
+    FINAL_REFUSED,
+    NOTHING_CHANGED,
+    AgentConfig,
+    Episode,
+    run_episode,
+)
 from agent_harness.types import GenParams, RequestMeta, Task
 from agent_harness.workspace import Workspace
 

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from agent_harness.agent import AgentConfig, Episode
 from agent_harness.backends.scripted import ScriptedBackend
 from agent_harness.errors import ConfigError
 from agent_harness.history import STALE_HINT, elisions, rebuild_prompt
 from agent_harness.protocol import OBSERVATION_HEADER
 from agent_harness.sandbox import Limits
 from agent_harness.scenarios import TaskQuery, get_scenario
+from agent_harness.strategies.react import AgentConfig, Episode
 from agent_harness.trace import validate_trace
 from agent_harness.types import Conversation, GenParams, RequestMeta, Task, request_seed
 from agent_harness.workspace import Workspace

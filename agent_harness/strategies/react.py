@@ -13,19 +13,19 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from . import history
-from .demo import demo_messages
-from .episode import EpisodeState
-from .errors import ConfigError, FormatError, LimitsExceeded, Submitted, ToolError
-from .protocol import (
+from .. import history
+from ..demo import demo_messages
+from ..episode import EpisodeState
+from ..errors import ConfigError, FormatError, LimitsExceeded, Submitted, ToolError
+from ..protocol import (
     STOP_STRINGS,
     ParsedReply,
     parse_reply,
     render_system_prompt,
 )
-from .tools import ToolOptions, ToolResult, run_tool, tools_for
-from .types import Backend, Completion, Conversation, GenParams, RequestMeta, Task, request_seed
-from .workspace import Workspace
+from ..tools import ToolOptions, ToolResult, run_tool, tools_for
+from ..types import Backend, Completion, Conversation, GenParams, RequestMeta, Task, request_seed
+from ..workspace import Workspace
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Synthetic episode traces shaped exactly like the runner's (`runner._header` + `_finish`).
+"""Synthetic episode traces shaped exactly like the runner's (`run_trace.new_trace` + `ModelRun._finish`).
 
 Used by the tests and by `bench/load_traces.py`; every trace validates against `trace_schema.json`.
 Step embeddings are unit vectors; `direction`/`spread` control how concentrated a trajectory is.
@@ -22,7 +22,7 @@ TOOLS = ("read_file", "write_file", "run_tests", "list_dir")
 
 def header(model: str, scenario: str, label: str, task_id: str, task_index: int, sample: int = 0,
            backend: str = "scripted") -> dict[str, Any]:
-    """The trace a fresh episode starts with (mirrors `runner._header`)."""
+    """The trace a fresh episode starts with (mirrors `run_trace.new_trace`)."""
     return {
         "schema_version": SCHEMA_VERSION,
         "run_id": uuid.uuid4().hex,
@@ -89,7 +89,7 @@ def unit_vectors(n: int, dim: int, rng: np.random.Generator, direction: np.ndarr
 def finish(trace: dict[str, Any], steps: list[dict[str, Any]], passed: bool | None,
            embeddings: np.ndarray | None = None, compromised: bool | None = None,
            exit_reason: str = "submitted", elapsed: float = 1.0, diff: str = "") -> dict[str, Any]:
-    """Fill in steps, embeddings and the outcome of a finished episode (mirrors `runner._finish`)."""
+    """Fill in steps, embeddings and the outcome of a finished episode (mirrors `scheduler.ModelRun._finish`)."""
     if embeddings is not None:
         for s, vec in zip(steps, np.round(embeddings.astype(np.float64), 6).tolist(), strict=True):
             s["embedding"] = vec

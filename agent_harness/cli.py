@@ -27,6 +27,14 @@ def run_parser(prog: str = "agent-harness run") -> argparse.ArgumentParser:
     return add_run_arguments(argparse.ArgumentParser(prog=prog, description=RUN_DESCRIPTION))
 
 
+def parse_shard(text: str) -> tuple[int, int]:
+    """`I/N` with 0 <= I < N, as (I, N); argparse turns the ValueError into a one-line usage error."""
+    i, sep, n = text.partition("/")
+    if not (sep and i.strip().isdigit() and n.strip().isdigit() and 0 <= int(i) < int(n)):
+        raise argparse.ArgumentTypeError(f"'{text}' is not I/N with 0 <= I < N (e.g. 0/4)")
+    return int(i), int(n)
+
+
 def add_run_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     _add_registry(p)
     p.add_argument("--models", default=None, help="comma-separated names or aliases (default: the registry default)")
@@ -43,6 +51,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--samples", type=int, default=1, help="episodes per task (for pass@k)")
     p.add_argument("--out", type=Path, default=Path("traces"), help="traces folder")
     p.add_argument("--resume", action="store_true", help="skip episodes whose trace is complete")
+    p.add_argument("--shard", type=parse_shard, default=None, metavar="I/N",
+                   help="run only tasks whose index %% N == I (0 <= I < N): N processes with the same flags and "
+                        "--out split a run; each summary covers every trace there, the last one all of them")
     p.add_argument("--concurrency", type=int, default=16, help="episodes in flight per model")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--agent", choices=["react", "reflect", "single-shot"], default=None,
@@ -135,7 +146,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = RunConfig(
         models=specs, scenarios=scenarios, labels=args.label.split(",") if args.label else None, n=args.n,
         task_ids=tuple(t.strip() for t in args.tasks.split(",")) if args.tasks else (), samples=args.samples,
-        out=args.out, resume=args.resume, concurrency=args.concurrency, seed=args.seed, embed=not args.no_embed,
+        out=args.out, resume=args.resume, shard=args.shard, concurrency=args.concurrency, seed=args.seed,
+        embed=not args.no_embed,
         strategy=strategy, dataset_path=args.dataset_path, dataset_hub=args.dataset_hub,
         reflect=ReflectConfig(iters=args.iters) if args.iters is not None else ReflectConfig(),
         workers=args.workers,

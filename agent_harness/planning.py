@@ -34,6 +34,7 @@ class RunConfig:
     samples: int = 1
     out: Path = Path("traces")
     resume: bool = False
+    shard: tuple[int, int] | None = None  # (i, n): only tasks whose index % n == i; not in the fingerprint
     concurrency: int = 16
     seed: int = 0
     embed: bool = True
@@ -66,6 +67,11 @@ class Job:
     path: Path
     scenario_name: str = ""  # the registry name (scoring)
     fingerprint: dict[str, Any] = field(default_factory=dict)  # the header's block (fingerprint.py)
+
+
+def in_shard(cfg: RunConfig, job: Job) -> bool:
+    """Whether this process runs `job`: every sample of a task lands in the same shard, by task index."""
+    return cfg.shard is None or job.index % cfg.shard[1] == cfg.shard[0]
 
 
 def _task_index(task: Task, position: int) -> int:

@@ -22,6 +22,7 @@ from .planning import (
     STRATEGIES,
     Job,
     RunConfig,
+    in_shard,
     model_jobs,
     pending_jobs,
     plan_jobs,
@@ -58,7 +59,7 @@ def run(cfg: RunConfig) -> dict[str, Any]:
         planned = [j for _scenario, _label, jobs in plan_jobs(cfg) for j in jobs]
         work = {spec.name: model_jobs(cfg, spec, planned) for spec in cfg.models}
         counts: Counter[str] = Counter()
-        todo = {name: pending_jobs(cfg, jobs, counts) for name, jobs in work.items()}
+        todo = {name: pending_jobs(cfg, [j for j in jobs if in_shard(cfg, j)], counts) for name, jobs in work.items()}
         if cfg.resume:
             report_resume(counts)
         for spec in cfg.models:

@@ -165,3 +165,36 @@ def test_task_slugs_are_safe_stable_and_distinct() -> None:
     assert slugs == task_slugs(reversed(ids))  # independent of the order tasks come in
     assert len(set(slugs.values())) == 4 and slugs["c"] == "c"
     assert all(s.startswith("a-b.") for t, s in slugs.items() if t != "c")
+
+
+def test_shards_split_a_run_and_the_last_summary_covers_all(tmp_path: Path) -> None:
+    """Two processes with --shard 0/2 and 1/2 and one --out: disjoint tasks, one summary of all, same traces."""
+    out = tmp_path / "t"
+    base = [sys.executable, str(ROOT / "run_agents.py"), "--no-embed", "--models", "oracle,null", "--n", "5",
+            "--samples", "2", "--out", str(out)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    procs = [subprocess.Popen([*base, "--shard", f"{i}/2"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for i in (0, 1)]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    names = sorted(str(p.relative_to(out)) for p in out.rglob("run_*.json"))
+    assert names == sorted(f"{m}/humanevalfix/gold/run_Python-{i}__s{k}.json"
+                           for m in ("oracle", "null") for i in range(5) for k in range(2))
+    # the unsharded run with the same flags finds every trace done (shards do not enter the
+    # fingerprint) and rewrites the summary of all: the recipe after the last shard
+    (out / "summary.json").unlink()
+    r = cli("--models", "oracle,null", "--n", "5", "--samples", "2", "--out", str(out), "--resume")
+    assert resume_line(r) == "resume: reused 20, redid 0 (0 config changed, 0 incomplete)"
+    summary = json.loads((out / "summary.json").read_text())
+    for model, rate in (("oracle", 1.0), ("null", 0.0)):
+        row = summary[model]["humanevalfix"]
+        assert (row["n_tasks"], row["n_episodes"], row["pass@1"]) == (5, 10, rate)
+    # a shard resumes its own tasks only
+    r = cli("--models", "oracle", "--n", "5", "--samples", "2", "--out", str(out), "--resume", "--shard", "1/2")
+    assert resume_line(r) == "resume: reused 4, redid 0 (0 config changed, 0 incomplete)"
+
+    for bad in ("2/2", "1", "-1/2", "a/b", "0/0"):
+        r = cli("--models", "oracle", "--n", "1", "--out", str(tmp_path / "bad"), "--shard", bad)
+        assert r.returncode == 2 and "--shard" in r.stderr and "I/N" in r.stderr, (bad, r.stderr)
+        assert not (tmp_path / "bad").exists()

@@ -41,6 +41,11 @@ def task_digest(task: Task) -> str:
                     "files": task.files, "test_cmd": task.test_cmd, "oracle": task.oracle, "metadata": metadata})
 
 
+# Agent switches added after schema 1.3, left out of the fingerprint while at their default, so
+# that traces written before the switch existed still match (--resume) when it is off.
+NEW_SWITCHES: dict[str, Any] = {"initial_tests": False}
+
+
 def run_config(spec: ModelSpec, backend: str | None, mode: str, agent: AgentConfig, seed: int,
                strategy: dict[str, Any] | None = None) -> dict[str, Any]:
     """The part of the configuration shared by every episode of a run (one model).
@@ -52,7 +57,7 @@ def run_config(spec: ModelSpec, backend: str | None, mode: str, agent: AgentConf
         "model": spec.model_dump(mode="json", exclude={"aliases", "description"}),
         "backend": backend or spec.backend,
         "mode": mode,
-        "agent": asdict(agent),
+        "agent": {k: v for k, v in asdict(agent).items() if NEW_SWITCHES.get(k, ...) != v},
         "seed": seed,
         **({"strategy": strategy} if strategy else {}),
     }

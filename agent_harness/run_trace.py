@@ -59,7 +59,7 @@ def new_trace(cfg: RunConfig, spec: ModelSpec, info: BackendInfo, job: Job, ep_p
     """The trace an episode starts with: the header, no steps, an empty outcome (validated here: the casts)."""
     agent = cfg.agent
     fingerprint = {"fingerprint": Fingerprint(**job.fingerprint)} if job.fingerprint else {}
-    return Trace(
+    trace = Trace(
         schema_version=SCHEMA_VERSION,
         run_id=uuid.uuid4().hex,
         scenario=job.scenario,
@@ -89,3 +89,6 @@ def new_trace(cfg: RunConfig, spec: ModelSpec, info: BackendInfo, job: Job, ep_p
         embeddings=None,
         outcome=Outcome.start(),
     )
+    if agent.initial_tests:  # a switch added after 1.3: written only when on
+        trace.agent.initial_tests = True
+    return trace

@@ -106,7 +106,7 @@ class ModelRun:
                              sample=job.sample)
             trace = new_trace(self.cfg, self.spec, self.backend.info, job, ep.params, ep.system_prompt, ws.sandbox,
                               ep.demo)
-            if isinstance(ep, SingleShotEpisode | ReflectEpisode):
+            if isinstance(ep, Episode | SingleShotEpisode | ReflectEpisode):
                 trace.prompt.task = ep.user_prompt
             if isinstance(ep, ReflectEpisode):
                 trace.agent.reflect = asdict(self.cfg.reflect)

@@ -173,6 +173,8 @@ class AgentInfo(_Part):
     history: str | None = None
     stale_notes: bool | None = None
     stale_temperature: float | None = None
+    initial_tests: bool | None = _omit_unset(description="react: the visible tests ran before the "
+                                             "first turn and the task message names the failing check.")
     reflect: dict[str, Any] = _omit_unset(default_factory=dict,
                                           description="reflect only: iters, temperatures, seed_stride.")
 

@@ -277,3 +277,34 @@ def test_folder_paths_and_lookalike_prose_are_not_facts(episode: Callable[..., E
     reminders = [m["content"].split("\n\n")[-1] for m in ep.messages if m["role"] == "user"][-6:]
     assert reminders[1].startswith(NEXT_STEP["read_file"])
     assert reminders[5].startswith(NEXT_STEP["run_tests"])
+
+
+def test_initial_tests_name_the_failing_check_in_the_task(tmp_path: Path) -> None:
+    """--initial-tests: the visible tests run before the first turn; the task message (and the trace's
+    prompt.task, from which the first prompt is rebuilt) names the failing check; off, nothing changes."""
+    import os
+    import subprocess
+    import sys
+
+    from agent_harness.history import rebuild_prompt
+
+    root = Path(__file__).resolve().parent.parent
+    for flag in ((), ("--initial-tests",)):
+        out = tmp_path / ("on" if flag else "off")
+        r = subprocess.run([sys.executable, str(root / "run_agents.py"), "--models", "oracle,null", "--n", "2",
+                            "--no-embed", "--no-progress", "--out", str(out), *flag], capture_output=True, text=True,
+                           cwd=root, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        assert r.returncode == 0, r.stderr
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["oracle"]["humanevalfix"]["pass@1"] == 1.0 and summary["null"]["humanevalfix"]["pass@1"] == 0.0
+        trace = json.loads((out / "null/humanevalfix/gold/run_Python-0__s0.json").read_text())
+        task = trace["prompt"]["task"]
+        assert rebuild_prompt(trace, 0)[-1]["content"] == task
+        if flag:
+            assert task.endswith("The tests fail now at:\nassert has_close_elements([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], "
+                                 "0.05) == False")
+            assert trace["agent"]["initial_tests"] is True
+            assert trace["fingerprint"]["config"]["agent"]["initial_tests"] is True
+        else:
+            assert "fail now" not in task and "initial_tests" not in trace["agent"]
+            assert "initial_tests" not in trace["fingerprint"]["config"]["agent"]

@@ -19,11 +19,13 @@ from .prompt import (
     STOP_STRINGS,
     format_error,
     format_observation,
+    initial_test_note,
     next_step,
     render_system_prompt,
 )
 
 __all__ = [
     "ERROR_HEADER", "EXPECTED_FORM", "NEXT_STEP", "OBSERVATION_HEADER", "REMINDER", "REPAIRS", "STOP_STRINGS",
-    "ParsedReply", "format_error", "format_observation", "next_step", "parse_reply", "render_system_prompt",
+    "ParsedReply", "format_error", "format_observation", "initial_test_note", "next_step", "parse_reply",
+    "render_system_prompt",
 ]

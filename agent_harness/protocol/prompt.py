@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import FormatError
 from ..text import safe_text
+from ..tools.output import truncate
 from ..types import ToolParam, ToolSpec
+
+if TYPE_CHECKING:
+    from ..tools.result import ToolResult
 
 # The reply starts with "THOUGHT:" at position 0, so "\nTHOUGHT:" only ever cuts a second thought.
 # Every entry starts with a newline or is a chat-template token, so none can cut a valid reply
@@ -115,6 +119,7 @@ def render_system_prompt(tools: Sequence[ToolSpec], preamble: str = "", example_
     return "\n".join(lines)
 
 
+INITIAL_TEST_CHARS = 1000
 REMINDER = "Reply with THOUGHT: then one TOOL_CALL: (or FINAL: when the task is done)."
 # What a coding agent usually does next, by the tool it just used: small models that read a file
 # and are not told what comes next tend to read it again, forever.
@@ -133,6 +138,15 @@ def next_step(tool: str | None, tests_passed: bool | None = None) -> str:
     key = "run_tests passed" if tool == "run_tests" and tests_passed else tool
     hint = NEXT_STEP.get(key or "")
     return f"{hint} {REMINDER}" if hint else REMINDER
+
+
+def initial_test_note(result: ToolResult) -> str:
+    """What the task message adds when the visible tests ran before the first turn (AgentConfig.initial_tests)."""
+    if result.tests_passed:
+        return "\n\nThe tests pass now."
+    if result.failing_check:
+        return f"\n\nThe tests fail now at:\n{result.failing_check}"
+    return f"\n\nThe tests fail now:\n{truncate(result.text, INITIAL_TEST_CHARS)}"
 
 
 def format_observation(text: str, reminder: str | None = None) -> str:

@@ -20,6 +20,7 @@ from ..errors import ConfigError, FormatError, LimitsExceeded, Submitted, ToolEr
 from ..protocol import (
     STOP_STRINGS,
     ParsedReply,
+    initial_test_note,
     parse_reply,
     render_system_prompt,
 )
@@ -56,6 +57,7 @@ class AgentConfig:
     history: Literal["full", "condensed"] = "full"  # condensed: stale steps shown as one line (history.py)
     stale_notes: bool = True  # a write that changes nothing, or repeats a failed version, is told so
     stale_temperature: float | None = 0.3  # sample from here (+0.2 per repeat) while the last write is stale
+    initial_tests: bool = False  # run the visible tests before the first turn; the task names the failing check
     tool_options: ToolOptions = field(default_factory=ToolOptions)
 
     def __post_init__(self) -> None:
@@ -82,8 +84,11 @@ class Episode(EpisodeState):
         self.system_prompt = render_system_prompt(list(self.tools.values()), example_path=_example_file(self.task),
                                                   examples=not self.config.demo)
         self.demo = list(demo_messages(tuple(self.tools), self.config.format_reminder)) if self.config.demo else []
+        self.user_prompt = self.task.statement
+        if self.config.initial_tests and "run_tests" in self.tools:
+            self.user_prompt += initial_test_note(self._execute("run_tests", {}))
         self.messages = [{"role": "system", "content": self.system_prompt}, *self.demo,
-                         {"role": "user", "content": self.task.statement}]
+                         {"role": "user", "content": self.user_prompt}]
         self.first_turn = len(self.messages)  # index of the first reply's message
         stops = tuple(dict.fromkeys((*self.params.stop, *STOP_STRINGS)))
         self.params = GenParams(**{**asdict(self.params), "stop": stops})

@@ -82,8 +82,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         "as one line each (the trace keeps them whole)")
     p.add_argument("--no-stale-notes", action="store_true",
                    help="helper off: tell a write that changes nothing, or repeats a version that failed, so")
-    p.add_argument("--initial-tests", action="store_true",
-                   help="react: run the visible tests before the first turn and name the failing check in the task")
+    p.add_argument("--no-initial-tests", action="store_true",
+                   help="helper off: run the visible tests before the first turn, name the failing check in the task")
     p.add_argument("--no-stale-temperature", action="store_true",
                    help="helper off: sample warmer (0.3, +0.2 per repeat) while the last write was stale")
     p.add_argument("--backend", choices=["transformers", "vllm", "openai", "scripted"], default=None,
@@ -161,7 +161,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             loop_temperature=None if args.no_loop_break else 0.7, demo=not args.no_demo,
             submit_checks=0 if args.no_submit_check else 1,
             history=args.history, stale_notes=not args.no_stale_notes,
-            stale_temperature=None if args.no_stale_temperature else 0.3, initial_tests=args.initial_tests,
+            stale_temperature=None if args.no_stale_temperature else 0.3, initial_tests=not args.no_initial_tests,
             tool_options=ToolOptions(syntax_check=not args.no_syntax_check,
                                      extract_failure=not args.no_failure_extract),
         ),

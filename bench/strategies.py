@@ -52,7 +52,7 @@ CONFIGS: dict[str, Config] = {
     "reflect": Config(("--agent", "reflect")),
     "react-full": Config(("--agent", "react", "--history", "full")),
     "react-condensed": Config(("--agent", "react", "--history", "condensed")),
-    "react-initial-tests": Config(("--agent", "react", "--history", "full", "--initial-tests")),
+    "react-no-initial-tests": Config(("--agent", "react", "--history", "full", "--no-initial-tests")),
     "single-shot-pass5-T0.8": Config(("--agent", "single-shot"), temperature=0.8, samples=5),
 }
 

@@ -76,7 +76,8 @@ def test_read_edit_test_submit(episode: Callable[..., Episode]) -> None:
     assert passing.startswith("Tests PASSED.")
     assert ep.ws.changed_files() == ["calc.py"]
     assert "-    return a - b\n+    return a + b\n" in ep.ws.diff()
-    start = ep.messages.index({"role": "user", "content": TASK.statement})
+    start = ep.messages.index({"role": "user", "content": ep.user_prompt})
+    assert ep.user_prompt.startswith(TASK.statement + "\n\nThe tests fail now at:\nself.assertEqual(add(2, 3), 5)")
     observations = [m["content"] for m in ep.messages[start + 1:] if m["role"] == "user"]
     assert ep.messages[1:start] == ep.demo and ep.demo[-1]["role"] == "assistant"
     ends = [s for s in ep.steps if s["type"] == "tool_result"]
@@ -154,7 +155,7 @@ def test_prompt_examples_use_a_task_file(episode: Callable[..., Episode]) -> Non
     """Without the demo, the system prompt's examples name a real file of the task."""
     ep = episode(["THOUGHT: done\nFINAL: nothing"], demo=False)
     assert '"path": "calc.py"' in ep.system_prompt and "main.py" not in ep.system_prompt
-    assert ep.demo == [] and ep.messages[1] == {"role": "user", "content": TASK.statement}
+    assert ep.demo == [] and ep.messages[1] == {"role": "user", "content": ep.user_prompt}
     with_demo = episode(["THOUGHT: done\nFINAL: nothing"])
     assert "Example:" not in with_demo.system_prompt
     assert with_demo.messages[1:1 + len(with_demo.demo)] == with_demo.demo
@@ -280,8 +281,8 @@ def test_folder_paths_and_lookalike_prose_are_not_facts(episode: Callable[..., E
 
 
 def test_initial_tests_name_the_failing_check_in_the_task(tmp_path: Path) -> None:
-    """--initial-tests: the visible tests run before the first turn; the task message (and the trace's
-    prompt.task, from which the first prompt is rebuilt) names the failing check; off, nothing changes."""
+    """The visible tests run before the first turn; the task message (and the trace's prompt.task, from
+    which the first prompt is rebuilt) names the failing check; --no-initial-tests turns it off."""
     import os
     import subprocess
     import sys
@@ -289,8 +290,8 @@ def test_initial_tests_name_the_failing_check_in_the_task(tmp_path: Path) -> Non
     from agent_harness.history import rebuild_prompt
 
     root = Path(__file__).resolve().parent.parent
-    for flag in ((), ("--initial-tests",)):
-        out = tmp_path / ("on" if flag else "off")
+    for flag in ((), ("--no-initial-tests",)):
+        out = tmp_path / ("off" if flag else "on")
         r = subprocess.run([sys.executable, str(root / "run_agents.py"), "--models", "oracle,null", "--n", "2",
                             "--no-embed", "--no-progress", "--out", str(out), *flag], capture_output=True, text=True,
                            cwd=root, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
@@ -300,7 +301,7 @@ def test_initial_tests_name_the_failing_check_in_the_task(tmp_path: Path) -> Non
         trace = json.loads((out / "null/humanevalfix/gold/run_Python-0__s0.json").read_text())
         task = trace["prompt"]["task"]
         assert rebuild_prompt(trace, 0)[-1]["content"] == task
-        if flag:
+        if not flag:
             assert task.endswith("The tests fail now at:\nassert has_close_elements([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], "
                                  "0.05) == False")
             assert trace["agent"]["initial_tests"] is True

@@ -64,7 +64,7 @@ class Run:
         """The parts of a trace that rebuild_prompt reads, through JSON as on disk."""
         ep = self.ep
         return json.loads(json.dumps({
-            "prompt": {"system": ep.system_prompt, "task": ep.task.statement, "demo": ep.demo},
+            "prompt": {"system": ep.system_prompt, "task": ep.user_prompt, "demo": ep.demo},
             "agent": {"format_reminder": ep.config.format_reminder, "history": ep.config.history},
             "steps": ep.steps}))
 

@@ -57,7 +57,7 @@ class AgentConfig:
     history: Literal["full", "condensed"] = "full"  # condensed: stale steps shown as one line (history.py)
     stale_notes: bool = True  # a write that changes nothing, or repeats a failed version, is told so
     stale_temperature: float | None = 0.3  # sample from here (+0.2 per repeat) while the last write is stale
-    initial_tests: bool = False  # run the visible tests before the first turn; the task names the failing check
+    initial_tests: bool = True  # run the visible tests before the first turn; the task names the failing check
     tool_options: ToolOptions = field(default_factory=ToolOptions)
 
     def __post_init__(self) -> None:

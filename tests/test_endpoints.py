@@ -217,8 +217,10 @@ def test_run_survives_a_node_dying(tmp_path: Path, servers: list[Server]) -> Non
 
     def answer(body: dict[str, Any]) -> str:
         messages = body["messages"]
-        start = next(i for i, m in enumerate(messages) if m["content"] in by_statement)
-        meta = RequestMeta(by_statement[messages[start]["content"]],
+        # the task message: the statement, maybe followed by the initial test run's failing check
+        start, task = next((i, t) for i, m in enumerate(messages) for s, t in by_statement.items()
+                           if m["role"] == "user" and m["content"].startswith(s))
+        meta = RequestMeta(task,
                            turn=sum(m["role"] == "assistant" for m in messages[start:]))
         with lock:
             [c] = oracle.generate([messages], GenParams(max_tokens=body["max_tokens"],

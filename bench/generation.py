@@ -33,6 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _machine import cpu_name  # bench/ is on sys.path when a benchmark runs as a script
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "RESULTS.md"
 sys.path.insert(0, str(ROOT))
@@ -243,12 +245,8 @@ def _spawn(args: list[str], env: dict[str, str], timeout: float) -> dict[str, An
 
 # -- report -------------------------------------------------------------------------------------
 def machine() -> dict[str, Any]:
-    cpu = platform.processor() or "?"
+    cpu = cpu_name(platform.processor() or "?")
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
         mem = next(int(x.split()[1]) for x in Path("/proc/meminfo").read_text().splitlines()
                    if x.startswith("MemTotal"))
         mem_gib = round(mem / 1024**2, 1)

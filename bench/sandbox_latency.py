@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from _machine import cpu_name  # bench/ is on sys.path when a benchmark runs as a script
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "RESULTS.md"
 sys.path.insert(0, str(ROOT))
@@ -81,11 +83,7 @@ def measure(n: int) -> list[dict[str, object]]:
 
 
 def machine() -> str:
-    cpu = platform.processor() or "?"
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
+    cpu = cpu_name(platform.processor() or "?")
     bwrap = subprocess.run(["bwrap", "--version"], capture_output=True, text=True).stdout.strip() \
         if shutil.which("bwrap") else "bwrap missing"
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)

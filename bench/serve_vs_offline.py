@@ -22,15 +22,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from _machine import cpu_name  # bench/ is on sys.path when a benchmark runs as a script
+
 ROOT = Path(__file__).resolve().parents[1]
 SERVED = "served"
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
 
 
 def registry(path: Path, spec: Any, base_url: str, concurrency: int) -> None:
@@ -115,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(rows[-1]), flush=True)
 
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    lines = [f"Machine: {cpu_name()}, {os.cpu_count()} cores, dtype {dtype}; {args.model}, first {args.n} tasks, "
+    cpu = cpu_name(platform.processor() or "unknown")
+    lines = [f"Machine: {cpu}, {os.cpu_count()} cores, dtype {dtype}; {args.model}, first {args.n} tasks, "
              f"--agent {args.agent}, concurrency {args.concurrency}, greedy, eager; {stamp}.", "",
              "| round | side | episodes | pass@1 | engine load s | episode s | episodes/h | episodes/h incl. load |"
              " completion tok |", "|---|---|---|---|---|---|---|---|---|"]

@@ -228,7 +228,7 @@ def rebuild_prompt(trace: Mapping[str, Any], turn: int) -> Conversation:
     elided: dict[tuple[int, str], str] = {}
     for t in range(turn):
         group = [s for s in steps if s["turn"] == t]
-        messages.append({"role": "assistant", "content": group[0]["raw"]})
+        messages.append({"role": "assistant", "content": next(s["raw"] for s in group if "raw" in s)})
         end = next((s for s in group if s["type"] in ("tool_result", "submit_check", "parse_error")), None)
         if end is not None:
             messages.append(user_message(end, reminder))

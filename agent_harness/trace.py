@@ -216,7 +216,8 @@ def _rows(path: Path, data: dict[str, Any]) -> tuple[dict[str, Any], list[dict[s
     run = {name: get(data) for name, get in _RUN_GET.items()}
     if "num_steps" not in data["outcome"]:
         run["num_steps"] = len(steps)
-    run.update(path=str(path), turns_used=max((s.get("turn") or 0 for s in steps), default=-1) + 1,
+    turns = [s.get("turn") or 0 for s in steps if s.get("type") != "initial_tests"]  # that one is no model turn
+    run.update(path=str(path), turns_used=max(turns, default=-1) + 1,
                parse_errors=sum(s["type"] == "parse_error" for s in steps),
                tool_calls=sum(s["type"] == "tool_call" for s in steps))
     keys = {k: run[k] for k in STEP_KEYS}

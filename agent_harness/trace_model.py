@@ -6,8 +6,9 @@ and a test fails when the committed file differs); the loader's columns (`RUN_CO
 name the fields they read here, and the export's typed columns are fields of these models.
 
 Schema versions: 1.1 added the "submit_check" step type, 1.2 cached prompt token counts, 1.3 the run
-configuration fingerprint and files named by task id. Fields an older trace may lack have defaults,
-so the generated schema validates 1.0-1.3 traces alike.
+configuration fingerprint and files named by task id, 1.4 the "initial_tests" step (react's test run
+before the first turn). Fields an older trace may lack have defaults, so the generated schema
+validates 1.0-1.4 traces alike.
 
 Presence is deliberate: a field marked `OMIT_UNSET` is written only once it has been set (an outcome
 gets `score_details` or `score_error` only from scoring, the agent block `reflect` only under that
@@ -25,11 +26,11 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 from pydantic.json_schema import GenerateJsonSchema
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
-SchemaVersion = Literal["1.0", "1.1", "1.2", "1.3"]
-SCHEMA_VERSION: SchemaVersion = "1.3"
-READABLE_VERSIONS: tuple[str, ...] = ("1.0", "1.1", "1.2", "1.3")
+SchemaVersion = Literal["1.0", "1.1", "1.2", "1.3", "1.4"]
+SCHEMA_VERSION: SchemaVersion = "1.4"
+READABLE_VERSIONS: tuple[str, ...] = ("1.0", "1.1", "1.2", "1.3", "1.4")
 StepType = Literal["thought", "tool_call", "tool_result", "final", "parse_error", "submit_check", "attempt",
-                   "feedback"]
+                   "feedback", "initial_tests"]
 ExitReason = Literal["submitted", "max_steps", "budget", "context", "error"]
 Mode = Literal["agent", "single_shot", "reflect"]
 Strategy = Literal["react", "reflect", "single_shot"]
@@ -98,7 +99,8 @@ class Step(TypedDict, total=False):
 
     __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
     i: Required[Annotated[int, Field(ge=0)]]
-    turn: Required[Annotated[int, Field(ge=0, description="Model turn this step belongs to.")]]
+    turn: Required[Annotated[int, Field(ge=0, description="Model turn this step belongs to (initial_tests: 0, "
+                                                          "the turn whose prompt showed it).")]]
     type: Required[StepType]
     text: Required[str]
     raw: Annotated[str, _doc("Full model reply; on the first step of each turn.")]
@@ -119,7 +121,7 @@ class Step(TypedDict, total=False):
     elided: Annotated[list[ElidedMessage], _doc("Messages this turn's prompt showed condensed for the first time "
                                                 "(history: condensed).")]
     file: Annotated[FileVersion, _doc("read_file/write_file results: the file version shown or written.")]
-    tests: Annotated[TestsResult, _doc("run_tests results and submit checks.")]
+    tests: Annotated[TestsResult, _doc("run_tests results, submit checks and the initial test run.")]
     stale: Annotated[bool, _doc("A write that changed nothing or repeated a failed version, told so.")]
     note: Annotated[str, _doc("Text shown before a submit check's test output.")]
 

@@ -30,10 +30,9 @@ SERVED = "served"
 
 def registry(path: Path, spec: Any, base_url: str, concurrency: int) -> None:
     """A registry with one openai entry that has the offline entry's generation settings."""
-    entry = {"name": SERVED, "backend": "openai", "max_tokens": spec.max_tokens, "temperature": spec.temperature,
-             "top_p": spec.top_p, "context_length": spec.context_length, "stop": list(spec.stop),
-             "openai": {"base_url": base_url, "model": SERVED, "timeout_s": 600, "max_retries": 5,
-                        "concurrency": concurrency}}
+    from agent_harness.backends.vllm_serve import openai_entry
+
+    entry = openai_entry(spec, SERVED, base_url, concurrency)
     path.write_text(json.dumps({"models": [entry]}, indent=1))  # JSON is YAML
 
 

@@ -11,6 +11,11 @@ folder `<out>/<config>/`. A finished config × model leaves `<out>/<config>/done
 stopped and picked up again. `--only NAME[,NAME]` runs a subset. A config whose flags this CLI does not
 have (e.g. `--history` before that feature exists) is skipped with a note.
 
+`--serve`: each model's configs go to one local `vllm serve` of its prepared folder (started here, one
+model at a time, through an openai registry entry with the model's name and generation settings).
+On the 2-core CPU machines this ran agent sweeps 2.5-4.5x faster than the offline backend
+(`bench/serve_vs_offline.py`); the traces then record backend `openai`.
+
 The table (printed, and appended to bench/RESULTS.md unless `--no-append`): pass@1 with its 95 % CI
 (Wilson over episodes; pass@k too when a config samples k times), mean turns, mean prompt / computed
 (prompt - cached) / completion tokens per episode, wall time (the run's, model load excluded, from
@@ -20,6 +25,7 @@ The table (printed, and appended to bench/RESULTS.md unless `--no-append`): pass
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -27,6 +33,7 @@ import platform
 import shlex
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,10 +102,44 @@ def registry_copy(models: list[str], temperature: float, dest: Path, source: Pat
     return dest
 
 
-def run_config(name: str, cfg: Config, model: str, args: argparse.Namespace) -> tuple[str, str]:
-    """Run one config × model through the CLI; (status, note)."""
+def done_file(name: str, model: str, args: argparse.Namespace) -> Path:
+    return args.out / name / f"done-{model}.json"
+
+
+@contextlib.contextmanager
+def served(model: str, args: argparse.Namespace) -> Iterator[Path]:
+    """A local `vllm serve` of `model`'s prepared folder while the block runs; yields a registry whose
+    entry of the same name is an openai client of it."""
+    import torch
+
+    from agent_harness.backends.local import compute_dtype
+    from agent_harness.backends.vllm_serve import VllmServer, free_port, openai_entry
+    from agent_harness.registry import load_registry
+    from agent_harness.weights import converted_dir
+
+    spec = load_registry(args.registry).resolve(model)[0]
+    folder = converted_dir(spec, spec.dtype)
+    if not (folder / "config.json").is_file():
+        raise SystemExit(f"error: {folder}: not prepared (make setup)")
+    args.out.mkdir(parents=True, exist_ok=True)
+    srv = VllmServer(folder, free_port(), args.out / f"server-{spec.name}.log", served_name=spec.name,
+                     dtype=compute_dtype(torch, spec.dtype, False, None), max_model_len=spec.context_length,
+                     extra_env={"HF_HUB_OFFLINE": "1"})
+    reg = args.out / f"served-{spec.name}.yaml"
+    reg.write_text(json.dumps({"models": [openai_entry(spec, spec.name, srv.base_url, 256)]}, indent=1))
+    try:
+        srv.start()
+        print(f"[strategies] vllm serve {spec.name}: healthy after {srv.wait_healthy():.0f} s", file=sys.stderr,
+              flush=True)
+        yield reg
+    finally:
+        srv.stop()
+
+
+def run_config(name: str, cfg: Config, model: str, args: argparse.Namespace, registry: Path) -> tuple[str, str]:
+    """Run one config × model through the CLI (`registry` holds the model); (status, note)."""
     folder = args.out / name
-    done = folder / f"done-{model}.json"
+    done = done_file(name, model, args)
     if done.is_file():
         return "done", "already done (skipped)"
     cmd = [sys.executable, str(ROOT / "run_agents.py"), "--models", model, "--n", str(args.n), "--out", str(folder),
@@ -106,9 +147,9 @@ def run_config(name: str, cfg: Config, model: str, args: argparse.Namespace) -> 
     if cfg.samples > 1:
         cmd += ["--samples", str(cfg.samples)]
     if cfg.temperature is not None:
-        cmd += ["--registry", str(registry_copy([model], cfg.temperature, folder / "models.yaml", args.registry))]
-    elif args.registry != ROOT / "models.yaml":
-        cmd += ["--registry", str(args.registry)]
+        cmd += ["--registry", str(registry_copy([model], cfg.temperature, folder / "models.yaml", registry))]
+    elif registry != ROOT / "models.yaml":
+        cmd += ["--registry", str(registry)]
     print(f"[strategies] {name} × {model}: {shlex.join(cmd[1:])}", file=sys.stderr, flush=True)
     r = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL if args.quiet else None)
     if r.returncode != 0:
@@ -199,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-append", action="store_true", help="print the table only")
     p.add_argument("--quiet", action="store_true", help="hide the runs' own tables")
     p.add_argument("--list", action="store_true", help="print the configs and exit")
+    p.add_argument("--serve", action="store_true",
+                   help="send each model's requests to a local `vllm serve` of its folder (started here)")
     args = p.parse_args(argv)
     if args.list:
         for name, cfg in CONFIGS.items():
@@ -221,21 +264,25 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     help_text = cli_flags()
     notes: list[str] = []
+    runnable = []
     for name in names:
-        cfg = CONFIGS[name]
-        missing = missing_flags(cfg, help_text)
+        missing = missing_flags(CONFIGS[name], help_text)
         if missing:
             notes.append(f"{name}: skipped, this CLI has no {', '.join(missing)}")
-            continue
-        for model in models:
-            status, note = run_config(name, cfg, model, args)
-            if note:
-                notes.append(f"{name} × {model}: {note}")
+        else:
+            runnable.append(name)
+    for model in models:
+        todo = [n for n in runnable if not done_file(n, model, args).is_file()]
+        with served(model, args) if args.serve and todo else contextlib.nullcontext(args.registry) as registry:
+            for name in runnable:
+                status, note = run_config(name, CONFIGS[name], model, args, registry)
+                if note:
+                    notes.append(f"{name} × {model}: {note}")
     rows = [r for name in names for model in models if (r := row_for(name, CONFIGS[name], model, args))]
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     text = (f"## Strategies: {', '.join(models)}, first {args.n} HumanEvalFix tasks ({now})\n\n"
             f"Machine: {machine()}; Python {platform.python_version()}; git {git_rev()}. "
-            f"`bench/strategies.py --models {args.models} --n {args.n}"
+            f"`bench/strategies.py --models {args.models} --n {args.n}{' --serve' if args.serve else ''}"
             f"{' --cli-args ' + shlex.quote(args.cli_args) if args.cli_args else ''}`: each config through "
             "`run_agents.py --no-embed`; tokens are means per episode, computed = prompt - cached; "
             "wall s excludes model load; tokens / solved = (prompt + completion) / tasks solved.\n\n"

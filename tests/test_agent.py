@@ -66,7 +66,8 @@ def test_read_edit_test_submit(episode: Callable[..., Episode]) -> None:
         "THOUGHT: The tests pass.\nFINAL: add() now adds.",
     ])
     assert ep.exit_reason == "submitted" and ep.final == "add() now adds."
-    assert [s["type"] for s in ep.steps][:3] == ["thought", "tool_call", "tool_result"]
+    assert [s["type"] for s in ep.steps][:4] == ["initial_tests", "thought", "tool_call", "tool_result"]
+    assert ep.steps[0]["tests"] == {"passed": False, "at": "self.assertEqual(add(2, 3), 5)"}
     read, failing, wrote, passing = results(ep)
     assert read == BUGGY
     assert failing.startswith("Failing test: test_add (test_calc.T.test_add)\n"
@@ -252,7 +253,7 @@ def test_hostile_text_and_tool_faults_become_observations(episode: Callable[...,
         m["content"].encode("utf-8")  # what a tokenizer is given is valid text
     write_json_atomic(tmp_path / "t.json", {"steps": ep.steps})  # the trace writer copes with surrogates
     steps = json.loads((tmp_path / "t.json").read_text(encoding="utf-8"))["steps"]
-    assert steps[1]["args"]["path"] == "calc\ufffd.py"
+    assert steps[2]["args"]["path"] == "calc\ufffd.py"
 
 
 def test_folder_paths_and_lookalike_prose_are_not_facts(episode: Callable[..., Episode]) -> None:

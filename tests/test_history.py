@@ -105,13 +105,26 @@ def observation(run: Run, turn: int) -> str:
 
 
 def test_unchanged_write_is_told_no_change(episode: Callable[..., Run]) -> None:
-    run = episode([write(BUGGY), call("run_tests"), write(BUGGY), DONE])
+    run = episode([write(BUGGY), call("run_tests"), write(BUGGY), DONE], initial_tests=False)
     untested, _, tested = (s for s in run.result_steps() if s["tool"] in ("write_file", "run_tests"))
     assert untested["text"] == "No change: the content is identical to the file."
     assert tested["text"] == f"No change: the content is identical to the file; the tests still fail at {CHECK}."
     assert untested["stale"] and untested["file"]["changed"] is False and untested["file"]["attempt"] is None
     assert STALE_HINT in observation(run, 2) and "Now run_tests" not in observation(run, 2)
     assert run.ep.ws.changed_files() == []
+
+
+def test_initial_test_run_is_a_step_the_first_stale_note_cites(episode: Callable[..., Run]) -> None:
+    """The test run before the first turn is recorded (turn 0, before the reply), so an unchanged write at
+    the first turn is told where the tests fail; it is no model turn, and the prompts rebuild as sent."""
+    run = episode([write(BUGGY), DONE])
+    first, reply = run.ep.steps[0], run.ep.steps[1]
+    assert first["type"] == "initial_tests" and first["turn"] == 0 and first["tool"] == "run_tests"
+    assert first["tests"] == {"passed": False, "at": CHECK} and "raw" not in first and "raw" in reply
+    assert run.results()[0] == f"No change: the content is identical to the file; the tests still fail at {CHECK}."
+    assert run.ep.user_prompt.endswith(f"The tests fail now at:\n{CHECK}")
+    for turn, sent in enumerate(run.prompts):
+        assert rebuild_prompt(run.trace(), turn) == sent
 
 
 def test_unchanged_write_after_a_pass_is_not_urged_to_change(episode: Callable[..., Run]) -> None:

@@ -37,7 +37,7 @@ def test_resume_same_config_redoes_nothing_and_changed_config_redoes_all(tmp_pat
     before = mtimes(out)
     assert sorted(before) == [f"oracle/humanevalfix/gold/run_Python-{i}__s0.json" for i in range(3)]
     header = json.loads((out / "oracle/humanevalfix/gold/run_Python-1__s0.json").read_text())
-    assert header["schema_version"] == "1.3" and validate_trace(header) == []
+    assert header["schema_version"] == "1.4" and validate_trace(header) == []
     fp = header["fingerprint"]
     assert len(fp["hash"]) == 64 and fp["config"]["agent"]["demo"] is True
     assert fp["config"]["task"]["id"] == "Python/1" and fp["config"]["model"]["name"] == "oracle"

@@ -54,7 +54,7 @@ def test_oracle_and_null_end_to_end(tmp_path: Path) -> None:
         assert data["model"]["backend"] == "scripted"
     oracle0 = found["oracle/humanevalfix/gold/run_Python-0__s0.json"]
     kinds = [s["type"] for s in oracle0["steps"]]
-    assert kinds[:3] == ["thought", "tool_call", "tool_result"] and kinds[-1] == "final"
+    assert kinds[:4] == ["initial_tests", "thought", "tool_call", "tool_result"] and kinds[-1] == "final"
     assert "has_close_elements" in oracle0["outcome"]["diff"]
     assert found["null/humanevalfix/gold/run_Python-0__s0.json"]["outcome"]["diff"] == ""
     assert "pass@1" in r.stdout and "oracle" in r.stdout
@@ -103,7 +103,7 @@ def test_malformed_replies_become_observations(tmp_path: Path) -> None:
             "--no-embed")
     assert r.returncode == 0, r.stderr
     [data] = traces(out).values()
-    steps = data["steps"]
+    steps = [s for s in data["steps"] if s["type"] != "initial_tests"]
     assert steps[0]["type"] == "parse_error" and "TOOL_CALL" in steps[0]["text"]
     results = [s for s in steps if s["type"] == "tool_result"]
     assert "ERROR" in results[0]["text"]  # escape refused, episode goes on

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 
 def free_port() -> int:
@@ -96,3 +97,14 @@ class VllmServer:
             return self.log.read_text(errors="replace")[-4000:]
         except OSError:
             return ""
+
+
+def openai_entry(spec: Any, name: str, base_url: str, concurrency: int) -> dict[str, Any]:
+    """A registry entry (as a dict) that sends `spec`'s requests to a server, with its generation settings."""
+    entry = {"name": name, "backend": "openai", "max_tokens": spec.max_tokens, "temperature": spec.temperature,
+             "top_p": spec.top_p, "context_length": spec.context_length, "stop": list(spec.stop),
+             "openai": {"base_url": base_url, "model": name, "timeout_s": 600, "max_retries": 5,
+                        "concurrency": concurrency}}
+    if spec.temperature_schedule:
+        entry["temperature_schedule"] = list(spec.temperature_schedule)
+    return entry

@@ -86,7 +86,10 @@ class Episode(EpisodeState):
         self.demo = list(demo_messages(tuple(self.tools), self.config.format_reminder)) if self.config.demo else []
         self.user_prompt = self.task.statement
         if self.config.initial_tests and "run_tests" in self.tools:
-            self.user_prompt += initial_test_note(self._execute("run_tests", {}))
+            result = self._execute("run_tests", {})
+            self.user_prompt += initial_test_note(result)
+            status = history.test_record(result)  # a stale write's note can then say where the tests fail
+            self._step("initial_tests", result.text, tool="run_tests", **({"tests": status} if status else {}))
         self.messages = [{"role": "system", "content": self.system_prompt}, *self.demo,
                          {"role": "user", "content": self.user_prompt}]
         self.first_turn = len(self.messages)  # index of the first reply's message

@@ -89,6 +89,8 @@ def new_trace(cfg: RunConfig, spec: ModelSpec, info: BackendInfo, job: Job, ep_p
         embeddings=None,
         outcome=Outcome.start(),
     )
-    if agent.initial_tests:  # a switch added after 1.3: written only when on
+    if agent.initial_tests:  # switches added after 1.3: written only when on
         trace.agent.initial_tests = True
+    if agent.initial_files:
+        trace.agent.initial_files = True
     return trace

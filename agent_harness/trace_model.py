@@ -177,6 +177,8 @@ class AgentInfo(_Part):
     stale_temperature: float | None = None
     initial_tests: bool | None = _omit_unset(description="react: the visible tests ran before the "
                                              "first turn and the task message names the failing check.")
+    initial_files: bool | None = _omit_unset(description="react: the task message shows the file(s) to fix as "
+                                             "they were at the start (1.4).")
     reflect: dict[str, Any] = _omit_unset(default_factory=dict,
                                           description="reflect only: iters, temperatures, seed_stride.")
 

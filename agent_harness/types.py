@@ -207,6 +207,9 @@ class Task:
     test_cmd: list[str] | None = None
     oracle: list[dict[str, Any]] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
+    # The file(s) to fix, shown in the agent's task message when AgentConfig.initial_files is on. Not in
+    # the task digest: that switch is in the fingerprint, and the focus follows from the files.
+    focus: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -31,6 +31,7 @@ import json
 import os
 import platform
 import shlex
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -60,6 +61,7 @@ CONFIGS: dict[str, Config] = {
     "react-full": Config(("--agent", "react", "--history", "full")),
     "react-condensed": Config(("--agent", "react", "--history", "condensed")),
     "react-no-initial-tests": Config(("--agent", "react", "--history", "full", "--no-initial-tests")),
+    "react-no-initial-files": Config(("--agent", "react", "--history", "full", "--no-initial-files")),
     "single-shot-pass5-T0.8": Config(("--agent", "single-shot"), temperature=0.8, samples=5),
 }
 
@@ -243,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--serve", action="store_true",
                    help="send each model's requests to a local `vllm serve` of its folder (started here)")
     args = p.parse_args(argv)
+    # A plain SIGTERM would skip the `finally` that stops a `--serve` server (left holding GBs of RAM).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.list:
         for name, cfg in CONFIGS.items():
             extra = (f"  (T={cfg.temperature}" if cfg.temperature is not None else "  (") + f", samples {cfg.samples})"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -281,6 +282,24 @@ def test_folder_paths_and_lookalike_prose_are_not_facts(episode: Callable[..., E
     assert reminders[5].startswith(NEXT_STEP["run_tests"])
 
 
+def test_initial_files_show_the_task_focus_as_it_is() -> None:
+    """The task message shows each file of Task.focus that can be read (fenced), and nothing else; off
+    with initial_files=False. The file is shown before the failing check."""
+    shown = f"`calc.py` now:\n```python\n{BUGGY.rstrip()}\n```"
+    cases = [(["calc.py"], True, True), (["calc.py"], False, False), ([], True, False), (["gone.py"], True, False)]
+    for focus, on, expect in cases:
+        task = replace(TASK, focus=focus)
+        ws = Workspace.create(task.files, test_cmd=task.test_cmd, limits=LIMITS)
+        try:
+            ep = Episode(task, ws, GenParams(max_tokens=100), AgentConfig(initial_files=on))
+        finally:
+            ws.cleanup()
+        assert (shown in ep.user_prompt) is expect, (focus, on)
+        assert "gone.py" not in ep.user_prompt and ep.user_prompt.startswith(TASK.statement)
+        if expect:
+            assert ep.user_prompt.index(shown) < ep.user_prompt.index("The tests fail now at:")
+
+
 def test_initial_tests_name_the_failing_check_in_the_task(tmp_path: Path) -> None:
     """The visible tests run before the first turn; the task message (and the trace's prompt.task, from
     which the first prompt is rebuilt) names the failing check; --no-initial-tests turns it off."""
@@ -305,6 +324,8 @@ def test_initial_tests_name_the_failing_check_in_the_task(tmp_path: Path) -> Non
         if not flag:
             assert task.endswith("The tests fail now at:\nassert has_close_elements([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], "
                                  "0.05) == False")
+            assert "`has_close_elements.py` now:\n```python\nfrom typing import List" in task  # initial_files
+            assert trace["agent"]["initial_files"] is True
             assert trace["agent"]["initial_tests"] is True
             assert trace["fingerprint"]["config"]["agent"]["initial_tests"] is True
         else:

@@ -140,6 +140,14 @@ def next_step(tool: str | None, tests_passed: bool | None = None) -> str:
     return f"{hint} {REMINDER}" if hint else REMINDER
 
 
+def initial_file_note(path: str, result: ToolResult) -> str:
+    """What the task message adds for a file shown before the first turn (AgentConfig.initial_files)."""
+    if result.error is not None:
+        return ""
+    fence = "```python" if path.endswith(".py") else "```"
+    return f"\n\n`{path}` now:\n{fence}\n{result.text.rstrip()}\n```"
+
+
 def initial_test_note(result: ToolResult) -> str:
     """What the task message adds when the visible tests ran before the first turn (AgentConfig.initial_tests)."""
     if result.tests_passed:

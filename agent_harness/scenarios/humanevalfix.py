@@ -261,6 +261,7 @@ def build_task(row: dict[str, Any], index: int, scenario: str = "humanevalfix", 
         scenario=scenario,
         statement=statement(row["task_id"], ep, module, docs),
         files={module: buggy, test_file: visible_test(module, ep, row["test"])},
+        focus=[module],
         label=label,
         test_cmd=["python3", test_file],
         oracle=[

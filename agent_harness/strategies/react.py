@@ -20,6 +20,7 @@ from ..errors import ConfigError, FormatError, LimitsExceeded, Submitted, ToolEr
 from ..protocol import (
     STOP_STRINGS,
     ParsedReply,
+    initial_file_note,
     initial_test_note,
     parse_reply,
     render_system_prompt,
@@ -58,6 +59,7 @@ class AgentConfig:
     stale_notes: bool = True  # a write that changes nothing, or repeats a failed version, is told so
     stale_temperature: float | None = 0.3  # sample from here (+0.2 per repeat) while the last write is stale
     initial_tests: bool = True  # run the visible tests before the first turn; the task names the failing check
+    initial_files: bool = True  # the task message shows the file(s) to fix (Task.focus) as they are
     tool_options: ToolOptions = field(default_factory=ToolOptions)
 
     def __post_init__(self) -> None:
@@ -85,6 +87,9 @@ class Episode(EpisodeState):
                                                   examples=not self.config.demo)
         self.demo = list(demo_messages(tuple(self.tools), self.config.format_reminder)) if self.config.demo else []
         self.user_prompt = self.task.statement
+        if self.config.initial_files and "read_file" in self.tools:  # small models otherwise write it blind
+            for path in self.task.focus:
+                self.user_prompt += initial_file_note(path, self._execute("read_file", {"path": path}))
         if self.config.initial_tests and "run_tests" in self.tools:
             result = self._execute("run_tests", {})
             self.user_prompt += initial_test_note(result)

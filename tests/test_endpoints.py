@@ -247,3 +247,33 @@ def test_run_survives_a_node_dying(tmp_path: Path, servers: list[Server]) -> Non
         answered += [s["endpoint"] for s in trace["steps"] if "endpoint" in s]
     assert answered.count(a.base_url) == len(a.bodies) - 1  # all A got but the request it died on
     assert answered.count(b.base_url) == len(b.bodies) == len(answered) - answered.count(a.base_url)
+
+
+def test_sigterm_does_not_wait_for_requests_in_flight(tmp_path: Path, servers: list[Server]) -> None:
+    """A run stopped (SIGTERM, as Ctrl-C) while its requests wait on a slow server exits at once with 130,
+    instead of waiting out the requests' timeout; the traces on disk are whole JSON."""
+    import signal
+    import time
+
+    server = Server(echo)
+    server.hold = threading.Event()  # never set: every request waits (10 s) before its answer
+    servers.append(server)
+    out = tmp_path / "traces"
+    proc = subprocess.Popen([sys.executable, str(ROOT / "run_agents.py"), "--registry",
+                             str(registry_file(tmp_path, [server.base_url], timeout_s=600)), "--models", "remote",
+                             "--n", "3", "--no-embed", "--no-progress", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    try:
+        deadline = time.monotonic() + 120
+        while len(server.bodies) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert len(server.bodies) >= 2, "no requests reached the server"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=8)  # the held requests would keep it 10 s
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    for path in out.rglob("run_*.json"):
+        json.loads(path.read_text())

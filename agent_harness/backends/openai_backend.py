@@ -29,10 +29,9 @@ import os
 import random
 import threading
 import time
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import BackendUnavailable, ConfigError, MissingExtraError
 from ..settings import get_settings
@@ -46,11 +45,53 @@ if TYPE_CHECKING:
     from ..registry import ModelSpec, OpenAIEndpoint
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MAX_API_STOPS = 4
 DEFAULT_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 60.0
 RETRY_STATUSES = frozenset({408, 429}) | frozenset(range(500, 600))
+
+
+def fan_out(fn: Callable[..., T], calls: list[tuple[Any, ...]], workers: int) -> list[T]:
+    """`fn(*call)` for each call, in order, on up to `workers` daemon threads; after a failure no further
+    call starts, and the first failure (in order) is raised once the calls in flight are back.
+
+    Daemon threads, not an executor: when the caller is interrupted (Ctrl-C, SIGTERM) it returns at
+    once, and a request still in flight (up to `timeout_s`) holds neither the process nor its exit.
+    """
+    n = len(calls)
+    results: list[Any] = [None] * n
+    errors: list[BaseException | None] = [None] * n
+    cond = threading.Condition()
+    started = running = 0
+    failed = False
+
+    def work() -> None:
+        nonlocal started, running, failed
+        while True:
+            with cond:
+                if failed or started == n:
+                    return
+                i, started, running = started, started + 1, running + 1
+            try:
+                results[i] = fn(*calls[i])
+            except BaseException as e:  # raised by the caller below
+                errors[i] = e
+            with cond:
+                running -= 1
+                failed = failed or errors[i] is not None
+                cond.notify_all()
+
+    for _ in range(min(workers, n)):
+        threading.Thread(target=work, name="openai", daemon=True).start()
+    with cond:
+        while running or not (failed or started == n):
+            cond.wait()  # a signal (Ctrl-C, SIGTERM) interrupts this wait
+    for e in errors:
+        if e is not None:
+            raise e
+    return results
 
 
 def _backoff_base() -> float:
@@ -247,16 +288,10 @@ class OpenAIBackend:
         n = len(conversations)
         rows = [params] * n if seeds is None else [replace(params, seed=s) for s in row_seeds(params, n, seeds)]
         workers = min(self.endpoint.concurrency * len(self.pool), len(conversations))
+        calls = [(c, p, stops) for c, p in zip(conversations, rows, strict=True)]
         if workers == 1:
-            return [self._one(c, p, stops) for c, p in zip(conversations, rows, strict=True)]
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="openai") as pool:
-            futures = [pool.submit(self._one, c, p, stops) for c, p in zip(conversations, rows, strict=True)]
-            try:
-                return [f.result() for f in futures]
-            except BaseException:
-                for f in futures:
-                    f.cancel()
-                raise
+            return [self._one(*call) for call in calls]
+        return fan_out(self._one, calls, workers)
 
     def close(self) -> None:
         client, self.client = self.client, None

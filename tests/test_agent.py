@@ -284,7 +284,7 @@ def test_folder_paths_and_lookalike_prose_are_not_facts(episode: Callable[..., E
 
 def test_initial_files_show_the_task_focus_as_it_is() -> None:
     """The task message shows each file of Task.focus that can be read (fenced), and nothing else; off
-    with initial_files=False. The file is shown before the failing check."""
+    with initial_files=False. The file comes before the failing check, and a line asking for the fix ends it."""
     shown = f"`calc.py` now:\n```python\n{BUGGY.rstrip()}\n```"
     cases = [(["calc.py"], True, True), (["calc.py"], False, False), ([], True, False), (["gone.py"], True, False)]
     for focus, on, expect in cases:
@@ -296,6 +296,8 @@ def test_initial_files_show_the_task_focus_as_it_is() -> None:
             ws.cleanup()
         assert (shown in ep.user_prompt) is expect, (focus, on)
         assert "gone.py" not in ep.user_prompt and ep.user_prompt.startswith(TASK.statement)
+        fix = "\n\nFix `calc.py`: reply with write_file and the whole corrected file."
+        assert ep.user_prompt.endswith(fix) is expect
         if expect:
             assert ep.user_prompt.index(shown) < ep.user_prompt.index("The tests fail now at:")
 

@@ -20,6 +20,7 @@ from .prompt import (
     format_error,
     format_observation,
     initial_file_note,
+    initial_fix_note,
     initial_test_note,
     next_step,
     render_system_prompt,
@@ -27,6 +28,6 @@ from .prompt import (
 
 __all__ = [
     "ERROR_HEADER", "EXPECTED_FORM", "NEXT_STEP", "OBSERVATION_HEADER", "REMINDER", "REPAIRS", "STOP_STRINGS",
-    "ParsedReply", "format_error", "format_observation", "initial_file_note", "initial_test_note", "next_step",
-    "parse_reply", "render_system_prompt",
+    "ParsedReply", "format_error", "format_observation", "initial_file_note", "initial_fix_note", "initial_test_note",
+    "next_step", "parse_reply", "render_system_prompt",
 ]

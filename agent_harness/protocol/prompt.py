@@ -148,6 +148,14 @@ def initial_file_note(path: str, result: ToolResult) -> str:
     return f"\n\n`{path}` now:\n{fence}\n{result.text.rstrip()}\n```"
 
 
+def initial_fix_note(paths: Sequence[str]) -> str:
+    """The task message's last line after files were shown: with the file in view, the 0.5B ran the
+    tests first and then wrote its fix into the test file the test output named (12 of 12 episodes)."""
+    if len(paths) == 1:
+        return f"\n\nFix `{paths[0]}`: reply with write_file and the whole corrected file."
+    return "\n\nFix the bug: reply with write_file and the whole corrected file."
+
+
 def initial_test_note(result: ToolResult) -> str:
     """What the task message adds when the visible tests ran before the first turn (AgentConfig.initial_tests)."""
     if result.tests_passed:

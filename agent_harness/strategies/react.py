@@ -21,6 +21,7 @@ from ..protocol import (
     STOP_STRINGS,
     ParsedReply,
     initial_file_note,
+    initial_fix_note,
     initial_test_note,
     parse_reply,
     render_system_prompt,
@@ -87,14 +88,19 @@ class Episode(EpisodeState):
                                                   examples=not self.config.demo)
         self.demo = list(demo_messages(tuple(self.tools), self.config.format_reminder)) if self.config.demo else []
         self.user_prompt = self.task.statement
+        shown: list[str] = []
         if self.config.initial_files and "read_file" in self.tools:  # small models otherwise write it blind
             for path in self.task.focus:
-                self.user_prompt += initial_file_note(path, self._execute("read_file", {"path": path}))
+                note = initial_file_note(path, self._execute("read_file", {"path": path}))
+                self.user_prompt += note
+                shown += [path] if note else []
         if self.config.initial_tests and "run_tests" in self.tools:
             result = self._execute("run_tests", {})
             self.user_prompt += initial_test_note(result)
             status = history.test_record(result)  # a stale write's note can then say where the tests fail
             self._step("initial_tests", result.text, tool="run_tests", **({"tests": status} if status else {}))
+        if shown and "write_file" in self.tools:
+            self.user_prompt += initial_fix_note(shown)
         self.messages = [{"role": "system", "content": self.system_prompt}, *self.demo,
                          {"role": "user", "content": self.user_prompt}]
         self.first_turn = len(self.messages)  # index of the first reply's message

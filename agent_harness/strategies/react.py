@@ -87,25 +87,30 @@ class Episode(EpisodeState):
         self.system_prompt = render_system_prompt(list(self.tools.values()), example_path=_example_file(self.task),
                                                   examples=not self.config.demo)
         self.demo = list(demo_messages(tuple(self.tools), self.config.format_reminder)) if self.config.demo else []
-        self.user_prompt = self.task.statement
-        shown: list[str] = []
-        if self.config.initial_files and "read_file" in self.tools:  # small models otherwise write it blind
-            for path in self.task.focus:
-                note = initial_file_note(path, self._execute("read_file", {"path": path}))
-                self.user_prompt += note
-                shown += [path] if note else []
-        if self.config.initial_tests and "run_tests" in self.tools:
-            result = self._execute("run_tests", {})
-            self.user_prompt += initial_test_note(result)
-            status = history.test_record(result)  # a stale write's note can then say where the tests fail
-            self._step("initial_tests", result.text, tool="run_tests", **({"tests": status} if status else {}))
-        if shown and "write_file" in self.tools:
-            self.user_prompt += initial_fix_note(shown)
+        self.user_prompt = self._task_message()
         self.messages = [{"role": "system", "content": self.system_prompt}, *self.demo,
                          {"role": "user", "content": self.user_prompt}]
         self.first_turn = len(self.messages)  # index of the first reply's message
         stops = tuple(dict.fromkeys((*self.params.stop, *STOP_STRINGS)))
         self.params = GenParams(**{**asdict(self.params), "stop": stops})
+
+    def _task_message(self) -> str:
+        """The statement, then what the helpers add: the file to fix as it is (initial_files), where the
+        tests fail (initial_tests, recorded as a step) and, when a file was shown, the request to fix it."""
+        text, shown = self.task.statement, []
+        if self.config.initial_files and "read_file" in self.tools:  # small models otherwise write it blind
+            for path in self.task.focus:
+                note = initial_file_note(path, self._execute("read_file", {"path": path}))
+                text += note
+                shown += [path] if note else []
+        if self.config.initial_tests and "run_tests" in self.tools:
+            result = self._execute("run_tests", {})
+            text += initial_test_note(result)
+            status = history.test_record(result)  # a stale write's note can then say where the tests fail
+            self._step("initial_tests", result.text, tool="run_tests", **({"tests": status} if status else {}))
+        if shown and "write_file" in self.tools:
+            text += initial_fix_note(shown)
+        return text
 
     def prompt(self) -> Conversation:
         if self.config.history == "full":

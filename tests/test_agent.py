@@ -325,10 +325,8 @@ def test_initial_tests_name_the_failing_check_in_the_task(tmp_path: Path) -> Non
         assert rebuild_prompt(trace, 0)[-1]["content"] == task
         if not flag:
             assert task.endswith("The tests fail now at:\nassert has_close_elements([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], "
-                                 "0.05) == False\n\nFix `has_close_elements.py`: reply with write_file and the "
-                                 "whole corrected file.")
-            assert "`has_close_elements.py` now:\n```python\nfrom typing import List" in task  # initial_files
-            assert trace["agent"]["initial_files"] is True
+                                 "0.05) == False")
+            assert "```" not in task and "initial_files" not in trace["agent"]  # that helper is opt-in
             assert trace["agent"]["initial_tests"] is True
             assert trace["fingerprint"]["config"]["agent"]["initial_tests"] is True
         else:

@@ -60,7 +60,7 @@ class AgentConfig:
     stale_notes: bool = True  # a write that changes nothing, or repeats a failed version, is told so
     stale_temperature: float | None = 0.3  # sample from here (+0.2 per repeat) while the last write is stale
     initial_tests: bool = True  # run the visible tests before the first turn; the task names the failing check
-    # Off by default: with the file in view the 0.5B wrote it back verbatim, turn after turn (0/40; RESULTS).
+    # Off by default: with the file in view the 0.5B wrote it back verbatim, turn after turn (1/40 vs 9/40; RESULTS).
     initial_files: bool = False  # the task message shows the file(s) to fix (Task.focus) as they are
     tool_options: ToolOptions = field(default_factory=ToolOptions)
 

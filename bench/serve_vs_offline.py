@@ -72,18 +72,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", type=Path, default=None, help="append the table to this markdown file")
     args = ap.parse_args(argv)
 
-    import torch
-
-    from agent_harness.backends.local import compute_dtype
-    from agent_harness.backends.vllm_serve import VllmServer, free_port
+    from agent_harness.backends.vllm_serve import ServerError, VllmServer
     from agent_harness.registry import load_registry
-    from agent_harness.weights import converted_dir
 
     spec = load_registry().resolve(args.model)[0]
-    dtype = compute_dtype(torch, spec.dtype, False, None)
-    folder = converted_dir(spec, spec.dtype)
-    if not (folder / "config.json").is_file():
-        print(f"{folder}: not prepared (make setup)", file=sys.stderr)
+    try:  # checks the folder is prepared before any round; each round then starts its own server
+        dtype = VllmServer.for_spec(spec, args.out / "server.log", SERVED).dtype
+    except ServerError as e:
+        print(e, file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=False)
     rows = []
@@ -93,9 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(result(out, "offline", 0.0, total))
         print(json.dumps(rows[-1]), flush=True)
 
-        port = free_port()
-        srv = VllmServer(folder, port, args.out / f"server-{r}.log", served_name=SERVED, dtype=dtype,
-                         max_model_len=spec.context_length, extra_env={"HF_HUB_OFFLINE": "1"})
+        srv = VllmServer.for_spec(spec, args.out / f"server-{r}.log", SERVED)
         reg = args.out / f"served-{r}.yaml"
         registry(reg, spec, srv.base_url, args.concurrency)
         out = args.out / f"served-{r}"

@@ -112,21 +112,15 @@ def done_file(name: str, model: str, args: argparse.Namespace) -> Path:
 def served(model: str, args: argparse.Namespace) -> Iterator[Path]:
     """A local `vllm serve` of `model`'s prepared folder while the block runs; yields a registry whose
     entry of the same name is an openai client of it."""
-    import torch
-
-    from agent_harness.backends.local import compute_dtype
-    from agent_harness.backends.vllm_serve import VllmServer, free_port, openai_entry
+    from agent_harness.backends.vllm_serve import ServerError, VllmServer, openai_entry
     from agent_harness.registry import load_registry
-    from agent_harness.weights import converted_dir
 
     spec = load_registry(args.registry).resolve(model)[0]
-    folder = converted_dir(spec, spec.dtype)
-    if not (folder / "config.json").is_file():
-        raise SystemExit(f"error: {folder}: not prepared (make setup)")
+    try:
+        srv = VllmServer.for_spec(spec, args.out / f"server-{spec.name}.log", spec.name)
+    except ServerError as e:
+        raise SystemExit(f"error: {e}") from None
     args.out.mkdir(parents=True, exist_ok=True)
-    srv = VllmServer(folder, free_port(), args.out / f"server-{spec.name}.log", served_name=spec.name,
-                     dtype=compute_dtype(torch, spec.dtype, False, None), max_model_len=spec.context_length,
-                     extra_env={"HF_HUB_OFFLINE": "1"})
     reg = args.out / f"served-{spec.name}.yaml"
     reg.write_text(json.dumps({"models": [openai_entry(spec, spec.name, srv.base_url, 256)]}, indent=1))
     try:

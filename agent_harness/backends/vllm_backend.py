@@ -212,8 +212,8 @@ class VLLMBackend:
             # GenParams alone steers decoding: ignore the model's sampling defaults.
             "generation_config": "vllm", "disable_log_stats": True,
         }
-        if not cuda:
-            kwargs.update(cpu_scheduler_options(spec.context_length))
+        scheduler = {} if cuda else cpu_scheduler_options(spec.context_length)
+        kwargs.update(scheduler)
         kwargs.update(options)
         before = set(children())
         try:
@@ -246,7 +246,7 @@ class VLLMBackend:
         else:
             details.update({
                 "kv_cache_gib": os.environ.get("VLLM_CPU_KVCACHE_SPACE"),
-                **cpu_scheduler_options(spec.context_length),
+                **scheduler,
                 "threads_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
                 "compile_cache": os.environ.get("VLLM_CACHE_ROOT"),
             })

@@ -39,6 +39,22 @@ class VllmServer:
         self.extra_env = extra_env or {}
         self.proc: subprocess.Popen[bytes] | None = None
 
+    @classmethod
+    def for_spec(cls, spec: Any, log: Path, served_name: str) -> VllmServer:
+        """A server of `spec`'s prepared folder (the offline backend's dtype on CPU) on a free port;
+        ServerError when the folder is not prepared."""
+        import torch
+
+        from ..weights import converted_dir
+        from .local import compute_dtype
+
+        folder = converted_dir(spec, spec.dtype)
+        if not (folder / "config.json").is_file():
+            raise ServerError(f"{folder}: not prepared (make setup)")
+        dtype = compute_dtype(torch, spec.dtype, False, None)
+        return cls(folder, free_port(), log, served_name=served_name, dtype=dtype, max_model_len=spec.context_length,
+                   extra_env={"HF_HUB_OFFLINE": "1"})
+
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"

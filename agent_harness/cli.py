@@ -87,6 +87,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--initial-files", action="store_true",
                    help="helper on: show the file to fix (HumanEvalFix: the function's module) in the task message "
                         "(off by default: the 0.5B copies it back unchanged)")
+    p.add_argument("--restart-after", type=int, default=None, metavar="N",
+                   help="helper on: after N stale writes in a row, begin the conversation again from the task "
+                        "with the files as given (sampling stays warm)")
     p.add_argument("--no-stale-temperature", action="store_true",
                    help="helper off: sample warmer (0.3, +0.2 per repeat) while the last write was stale")
     p.add_argument("--backend", choices=["transformers", "vllm", "openai", "scripted"], default=None,
@@ -165,7 +168,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             submit_checks=0 if args.no_submit_check else 1,
             history=args.history, stale_notes=not args.no_stale_notes,
             stale_temperature=None if args.no_stale_temperature else 0.3, initial_tests=not args.no_initial_tests,
-            initial_files=args.initial_files,
+            initial_files=args.initial_files, restart_after=args.restart_after,
             tool_options=ToolOptions(syntax_check=not args.no_syntax_check,
                                      extract_failure=not args.no_failure_extract),
         ),

@@ -43,7 +43,7 @@ def task_digest(task: Task) -> str:
 
 # Agent switches added after schema 1.3, left out of the fingerprint while at their default, so
 # that traces written before the switch existed still match (--resume) when it is off.
-NEW_SWITCHES: dict[str, Any] = {"initial_tests": False, "initial_files": False}
+NEW_SWITCHES: dict[str, Any] = {"initial_tests": False, "initial_files": False, "restart_after": None}
 
 
 def run_config(spec: ModelSpec, backend: str | None, mode: str, agent: AgentConfig, seed: int,

@@ -55,25 +55,27 @@ def test_record(result: ToolResult) -> dict[str, Any] | None:
     return {"passed": result.tests_passed, "at": None if result.tests_passed else result.failing_check}
 
 
-def _records(steps: Sequence[Step], kind: str) -> list[tuple[int, dict[str, Any]]]:
-    """(turn, record) of every step carrying `kind` ("file" on write_file results, or "tests")."""
-    return [(s["turn"], s[kind]) for s in steps if isinstance(s.get(kind), dict)
+def _records(steps: Sequence[Step], kind: str) -> list[tuple[Step, dict[str, Any]]]:
+    """(step, record) of every step carrying `kind` ("file" on write_file results, or "tests")."""
+    return [(s, s[kind]) for s in steps if isinstance(s.get(kind), dict)
             and (kind != "file" or s.get("tool") == "write_file")]
 
 
 def _changes(steps: Sequence[Step], path: str | None = None) -> list[int]:
-    """Turns of the writes that changed `path` (any file when None)."""
-    return [t for t, f in _records(steps, "file") if f["changed"] and (path is None or f["path"] == path)]
+    """Positions (step `i`) of the writes that changed `path` (any file when None), and of restarts,
+    which put every file back as given."""
+    writes = [s["i"] for s, f in _records(steps, "file") if f["changed"] and (path is None or f["path"] == path)]
+    return sorted(writes + [s["i"] for s in steps if s["type"] == "restart"])
 
 
 def _last_test(steps: Sequence[Step], after: int, before: float) -> dict[str, Any] | None:
-    return next((r for t, r in reversed(_records(steps, "tests")) if after < t < before), None)
+    return next((r for s, r in reversed(_records(steps, "tests")) if after < s["i"] < before), None)
 
 
-def version_outcome(steps: Sequence[Step], turn: int, path: str) -> dict[str, Any] | None:
-    """The last test result while the version of `path` written at `turn` was the file's content."""
-    until = next((t for t in _changes(steps, path) if t > turn), float("inf"))
-    return _last_test(steps, turn, until)
+def version_outcome(steps: Sequence[Step], at: int, path: str) -> dict[str, Any] | None:
+    """The last test result while the version of `path` written at step `at` was the file's content."""
+    until = next((i for i in _changes(steps, path) if i > at), float("inf"))
+    return _last_test(steps, at, until)
 
 
 def current_outcome(steps: Sequence[Step]) -> dict[str, Any] | None:
@@ -81,18 +83,25 @@ def current_outcome(steps: Sequence[Step]) -> dict[str, Any] | None:
     return _last_test(steps, max(_changes(steps), default=-1), float("inf"))
 
 
-def write_record(steps: Sequence[Step], turn: int, rel: str, data: bytes, changed: bool) -> dict[str, Any]:
-    """The `file` field of a write_file result: which version of the file the write left (`data`)."""
+def _failed_write(steps: Sequence[Step], rel: str, sha: str) -> Step | None:
+    """The latest write that left `rel` as `sha` and whose version then failed the tests."""
+    for s, f in reversed(_records(steps, "file")):
+        if f["changed"] and f["path"] == rel and f["sha"] == sha:
+            outcome = version_outcome(steps, s["i"], rel)
+            if outcome is not None and not outcome["passed"]:
+                return s
+    return None
+
+
+def write_record(steps: Sequence[Step], rel: str, data: bytes, changed: bool) -> dict[str, Any]:
+    """The `file` field of a write_file result: which version of the file the write left (`data`);
+    `repeat_of` is the turn of an earlier write of the same version that failed."""
     sha = content_sha(data)
-    attempt = len(_changes(steps, rel)) + 1 if changed else None
-    repeat_of = None
-    if changed:
-        for t, f in reversed(_records(steps, "file")):
-            outcome = version_outcome(steps, t, rel) if f["path"] == rel and f["sha"] == sha else None
-            if f["changed"] and outcome is not None and not outcome["passed"]:
-                repeat_of = t
-                break
-    return {"path": rel, "sha": sha, "changed": changed, "attempt": attempt, "repeat_of": repeat_of}
+    made = sum(f["changed"] and f["path"] == rel for _, f in _records(steps, "file"))
+    attempt = made + 1 if changed else None
+    repeated = _failed_write(steps, rel, sha) if changed else None
+    return {"path": rel, "sha": sha, "changed": changed, "attempt": attempt,
+            "repeat_of": None if repeated is None else repeated["turn"]}
 
 
 def is_stale(record: Mapping[str, Any]) -> bool:
@@ -106,7 +115,8 @@ def stale_observation(steps: Sequence[Step], record: Mapping[str, Any], obs: str
         tests = "" if outcome is None else "; the tests pass" if outcome["passed"] else \
             f"; the tests still fail at {outcome['at']}"
         return f"No change: the content is identical to the file{tests}."
-    outcome = version_outcome(steps, record["repeat_of"], record["path"]) or {"at": "?"}
+    earlier = _failed_write(steps, record["path"], record["sha"])
+    outcome = (version_outcome(steps, earlier["i"], record["path"]) if earlier else None) or {"at": "?"}
     return f"{obs}\nYou tried this exact version at turn {record['repeat_of'] + 1}; it failed at {outcome['at']}."
 
 
@@ -117,6 +127,14 @@ def stale_temperature(steps: Sequence[Step], start: float) -> float:
         return 0.0
     repeats = sum(map(is_stale, writes))
     return round(min(STALE_TEMPERATURE_MAX, start + STALE_TEMPERATURE_STEP * (repeats - 1)), 3)
+
+
+def stale_run(steps: Sequence[Step]) -> int:
+    """Stale writes since the last write that changed a file to a new version (0 while the tests pass)."""
+    run = 0
+    for _, f in _records(steps, "file"):
+        run = run + 1 if is_stale(f) else 0
+    return 0 if (current_outcome(steps) or {}).get("passed") else run
 
 
 def tool_facts(ws: Workspace, steps: Sequence[Step], turn: int, tool: str | None, args: Mapping[str, Any],
@@ -137,7 +155,7 @@ def tool_facts(ws: Workspace, steps: Sequence[Step], turn: int, tool: str | None
     content = args.get("content")
     if not isinstance(content, str) or data != content.encode("utf-8", "replace") or result.changed is None:
         return obs, {}  # the write did not happen
-    record = write_record(steps, turn, rel, data, result.changed)
+    record = write_record(steps, rel, data, result.changed)
     if not (notes and is_stale(record)):
         return obs, {"file": record}
     passing = not record["changed"] and (current_outcome(steps) or {}).get("passed")
@@ -175,8 +193,8 @@ def _write_stub(turn_steps: Sequence[Step], note: str) -> str:
     return f"{head}TOOL_CALL: {json.dumps({'tool': 'write_file', 'args': {'path': call['args']['path']}})}\n[{note}]"
 
 
-def _attempt_before(steps: Sequence[Step], turn: int) -> str:
-    made = [f for t, f in _records(steps, "file") if f["changed"] and t < turn]
+def _attempt_before(steps: Sequence[Step], at: int) -> str:
+    made = [f for s, f in _records(steps, "file") if f["changed"] and s["i"] < at]
     return f"attempt {made[-1]['attempt']} of {made[-1]['path']}" if made else "the files as given"
 
 
@@ -188,31 +206,37 @@ def elisions(steps: Sequence[Step]) -> dict[tuple[int, str], str]:
     out: dict[tuple[int, str], str] = {}
     for t, group in by_turn.items():
         end = next((s for s in group if s["type"] in ("tool_result", "submit_check")), None)
-        f = end.get("file") if end is not None else None
         if end is None:
             continue
-        if f and end.get("tool") == "read_file" and any(c > t for c in _changes(steps, f["path"])):
+        f = end.get("file")
+        later = [c for c in _changes(steps, f["path"] if f else None) if c > end["i"]]
+        if f and end.get("tool") == "read_file" and later:
             out[(t, "user")] = format_observation(f"[read of {f['path']}, since rewritten]")
-        elif f and end.get("tool") == "write_file" and any(c > t for c in _changes(steps, f["path"])):
+        elif f and end.get("tool") == "write_file" and later:
             if not f["changed"]:  # its note, one line, stays
                 out[(t, "assistant")] = _write_stub(group, "content elided: it was identical to the file")
                 continue
             name = f"attempt {f['attempt']} of {f['path']}"
             out[(t, "assistant")] = _write_stub(group, f"content of {name} elided")
-            out[(t, "user")] = format_observation(f"[{name}: {_summary(version_outcome(steps, t, f['path']))}]")
-        elif end.get("tests") and any(c > t for c in _changes(steps)):
+            out[(t, "user")] = format_observation(f"[{name}: {_summary(version_outcome(steps, end['i'], f['path']))}]")
+        elif end.get("tests") and later:
             refused = "FINAL refused; " if end["type"] == "submit_check" else ""
             outcome = end["tests"]
             result = "passed" if outcome["passed"] else f"failed at {outcome['at']}"
-            out[(t, "user")] = format_observation(f"[{refused}test run of {_attempt_before(steps, t)}: {result}]")
+            tested = _attempt_before(steps, end["i"])
+            out[(t, "user")] = format_observation(f"[{refused}test run of {tested}: {result}]")
     return out
 
 
-def condense(messages: Conversation, first_turn: int, elided: Mapping[tuple[int, str], str]) -> Conversation:
-    """`messages` with elided ones replaced; turn t's reply is message first_turn + 2t, its result the next."""
+def condense(messages: Conversation, first_turn: int, elided: Mapping[tuple[int, str], str],
+             since: int = 0) -> Conversation:
+    """`messages` with elided ones replaced; turn t's reply is message first_turn + 2(t - since), its
+    result the next (`since`: the turn the conversation began at, later than 0 after a restart)."""
     out = list(messages)
     for (turn, role), text in elided.items():
-        i = first_turn + 2 * turn + (role == "user")
+        i = first_turn + 2 * (turn - since) + (role == "user")
+        if turn < since:
+            continue
         if i < len(out) and out[i]["role"] == role:
             out[i] = {"role": out[i]["role"], "content": text}
     return out
@@ -224,10 +248,14 @@ def rebuild_prompt(trace: Mapping[str, Any], turn: int) -> Conversation:
     reminder = (trace.get("agent") or {}).get("format_reminder", True)
     messages: Conversation = [{"role": "system", "content": prompt["system"]}, *prompt.get("demo", []),
                               {"role": "user", "content": prompt["task"]}]
-    first_turn = len(messages)
+    first_turn, since = len(messages), 0
     elided: dict[tuple[int, str], str] = {}
-    for t in range(turn):
+    for t in range(turn + 1):
         group = [s for s in steps if s["turn"] == t]
+        if any(s["type"] == "restart" for s in group):  # the conversation began again at this turn
+            messages, since = messages[:first_turn], t
+        if t == turn:
+            break
         messages.append({"role": "assistant", "content": next(s["raw"] for s in group if "raw" in s)})
         end = next((s for s in group if s["type"] in ("tool_result", "submit_check", "parse_error")), None)
         if end is not None:
@@ -235,4 +263,4 @@ def rebuild_prompt(trace: Mapping[str, Any], turn: int) -> Conversation:
     for s in steps:
         if s["turn"] <= turn:
             elided.update({(e["turn"], e["role"]): e["text"] for e in s.get("elided", [])})
-    return condense(messages, first_turn, elided)
+    return condense(messages, first_turn, elided, since)

@@ -93,4 +93,6 @@ def new_trace(cfg: RunConfig, spec: ModelSpec, info: BackendInfo, job: Job, ep_p
         trace.agent.initial_tests = True
     if agent.initial_files:
         trace.agent.initial_files = True
+    if agent.restart_after:
+        trace.agent.restart_after = agent.restart_after
     return trace

@@ -216,7 +216,7 @@ def _rows(path: Path, data: dict[str, Any]) -> tuple[dict[str, Any], list[dict[s
     run = {name: get(data) for name, get in _RUN_GET.items()}
     if "num_steps" not in data["outcome"]:
         run["num_steps"] = len(steps)
-    turns = [s.get("turn") or 0 for s in steps if s.get("type") != "initial_tests"]  # that one is no model turn
+    turns = [s.get("turn") or 0 for s in steps if s.get("type") not in ("initial_tests", "restart")]  # no model turns
     run.update(path=str(path), turns_used=max(turns, default=-1) + 1,
                parse_errors=sum(s["type"] == "parse_error" for s in steps),
                tool_calls=sum(s["type"] == "tool_call" for s in steps))

@@ -7,8 +7,8 @@ name the fields they read here, and the export's typed columns are fields of the
 
 Schema versions: 1.1 added the "submit_check" step type, 1.2 cached prompt token counts, 1.3 the run
 configuration fingerprint and files named by task id, 1.4 the "initial_tests" step (react's test run
-before the first turn). Fields an older trace may lack have defaults, so the generated schema
-validates 1.0-1.4 traces alike.
+before the first turn), 1.5 the "restart" step (react began the conversation again). Fields an older
+trace may lack have defaults, so the generated schema validates 1.0-1.5 traces alike.
 
 Presence is deliberate: a field marked `OMIT_UNSET` is written only once it has been set (an outcome
 gets `score_details` or `score_error` only from scoring, the agent block `reflect` only under that
@@ -26,11 +26,11 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 from pydantic.json_schema import GenerateJsonSchema
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
-SchemaVersion = Literal["1.0", "1.1", "1.2", "1.3", "1.4"]
-SCHEMA_VERSION: SchemaVersion = "1.4"
-READABLE_VERSIONS: tuple[str, ...] = ("1.0", "1.1", "1.2", "1.3", "1.4")
+SchemaVersion = Literal["1.0", "1.1", "1.2", "1.3", "1.4", "1.5"]
+SCHEMA_VERSION: SchemaVersion = "1.5"
+READABLE_VERSIONS: tuple[str, ...] = ("1.0", "1.1", "1.2", "1.3", "1.4", "1.5")
 StepType = Literal["thought", "tool_call", "tool_result", "final", "parse_error", "submit_check", "attempt",
-                   "feedback", "initial_tests"]
+                   "feedback", "initial_tests", "restart"]
 ExitReason = Literal["submitted", "max_steps", "budget", "context", "error"]
 Mode = Literal["agent", "single_shot", "reflect"]
 Strategy = Literal["react", "reflect", "single_shot"]
@@ -99,8 +99,8 @@ class Step(TypedDict, total=False):
 
     __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
     i: Required[Annotated[int, Field(ge=0)]]
-    turn: Required[Annotated[int, Field(ge=0, description="Model turn this step belongs to (initial_tests: 0, "
-                                                          "the turn whose prompt showed it).")]]
+    turn: Required[Annotated[int, Field(ge=0, description="Model turn this step belongs to (initial_tests "
+                                                          "and restart: the turn whose prompt showed it).")]]
     type: Required[StepType]
     text: Required[str]
     raw: Annotated[str, _doc("Full model reply; on the first step of each turn.")]
@@ -179,6 +179,8 @@ class AgentInfo(_Part):
                                              "first turn and the task message names the failing check.")
     initial_files: bool | None = _omit_unset(description="react: the task message shows the file(s) to fix as "
                                              "they were at the start (1.4).")
+    restart_after: int | None = _omit_unset(description="react: after this many stale writes in a row the "
+                                            "conversation began again from the task, the files as given (1.5).")
     reflect: dict[str, Any] = _omit_unset(default_factory=dict,
                                           description="reflect only: iters, temperatures, seed_stride.")
 

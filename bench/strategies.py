@@ -62,6 +62,8 @@ CONFIGS: dict[str, Config] = {
     "react-condensed": Config(("--agent", "react", "--history", "condensed")),
     "react-no-initial-tests": Config(("--agent", "react", "--history", "full", "--no-initial-tests")),
     "react-initial-files": Config(("--agent", "react", "--history", "full", "--initial-files")),
+    "react-restart-1": Config(("--agent", "react", "--history", "full", "--restart-after", "1")),
+    "react-restart-2": Config(("--agent", "react", "--history", "full", "--restart-after", "2")),
     "single-shot-pass5-T0.8": Config(("--agent", "single-shot"), temperature=0.8, samples=5),
 }
 

@@ -269,6 +269,74 @@ def test_full_history_is_the_plain_conversation(episode: Callable[..., Run]) -> 
 
 
 # --------------------------------------------------------------------------------------------
+# Restarts
+
+
+def test_restart_after_stale_writes_begins_again_from_the_task(episode: Callable[..., Run]) -> None:
+    """Two stale writes in a row: the next prompt is the first one again, the files are as given, and the
+    sampling stays warm; a version that failed before the restart is still named when written after it."""
+    run = episode([
+        write(FIRST),  # 0: attempt 1
+        call("run_tests"),  # 1: fails
+        write(FIRST),  # 2: no change (stale 1)
+        write(FIRST),  # 3: no change (stale 2) -> restart before turn 4
+        write(FIRST),  # 4: the failed version again, on the file as given: "tried at turn 1" (stale 1)
+        write(FIXED),  # 5: a new version
+        call("run_tests"),  # 6: passes
+        DONE,  # 7
+    ], seed=3, restart_after=2)
+    restart = next(s for s in run.ep.steps if s["type"] == "restart")
+    assert restart["turn"] == 4 and restart["text"].startswith("2 stale writes in a row")
+    after = run.ep.steps[restart["i"] + 1]
+    assert after["type"] == "initial_tests" and after["turn"] == 4 and after["tests"] == {"passed": False, "at": CHECK}
+    assert run.prompts[4] == run.prompts[0]  # the conversation began again
+    assert run.prompts[5][:len(run.prompts[0])] == run.prompts[0] and len(run.prompts[5]) == len(run.prompts[0]) + 2
+    writes = [s for s in run.result_steps() if s["tool"] == "write_file"]
+    assert writes[3]["file"]["changed"] is True  # the file was BUGGY again
+    assert writes[3]["text"].endswith(f"You tried this exact version at turn 1; it failed at {CHECK}.")
+    assert [p.temperature for p in run.params][3:7] == [0.3, 0.7, 0.7, 0.0]  # warm across the restart
+    assert sum(s["type"] == "restart" for s in run.ep.steps) == 1 and run.ep.exit_reason == "submitted"
+    assert [rebuild_prompt(run.trace(), t) for t in range(len(run.prompts))] == run.prompts
+
+
+def test_restart_puts_back_a_file_swapped_for_a_link(episode: Callable[..., Run]) -> None:
+    run = episode([call("run_cmd", cmd="rm calc.py test_calc.py && ln -s /etc/hostname calc.py"),
+                   write(BUGGY), DONE], restart_after=1)
+    # The write went to the link, which leads outside: refused, no version recorded, so no restart yet.
+    assert not any(s["type"] == "restart" for s in run.ep.steps)
+    swap = "rm test_calc.py && ln -s /etc/hostname test_calc.py && mv calc.py o.py && ln -s o.py calc.py"
+    run = episode([write(FIRST), call("run_cmd", cmd=swap), write(FIRST), DONE], restart_after=1)
+    [restart] = [s for s in run.ep.steps if s["type"] == "restart"]  # the write through the link changed nothing
+    assert restart["turn"] == 3 and "Not restored" not in restart["text"]
+    root = run.ep.ws.root
+    assert not (root / "calc.py").is_symlink() and (root / "calc.py").read_text() == BUGGY
+    assert not (root / "test_calc.py").is_symlink() and (root / "test_calc.py").read_text() == TESTS
+    assert (root / "o.py").read_text() == FIRST  # a file the task did not give stays
+
+
+def test_no_restart_while_the_tests_pass_or_when_off(episode: Callable[..., Run]) -> None:
+    run = episode([write(FIXED), call("run_tests"), write(FIXED), write(FIXED), DONE], restart_after=1)
+    assert not any(s["type"] == "restart" for s in run.ep.steps)
+    run = episode([write(BUGGY)] * 3 + [DONE])
+    assert not any(s["type"] == "restart" for s in run.ep.steps)
+
+
+def test_condensed_history_restarts_and_rebuilds(episode: Callable[..., Run]) -> None:
+    replies = [*READ_FIX[:4], write(TIMES), write(TIMES), call("read_file", path="calc.py"), write(FIXED),
+               call("run_tests"), DONE]
+    run = episode(replies, history="condensed", restart_after=2)
+    [restart] = [s for s in run.ep.steps if s["type"] == "restart"]
+    assert restart["turn"] == 6 and run.prompts[6] == run.prompts[0]
+    assert run.ep.exit_reason == "submitted"
+    assert [rebuild_prompt(run.trace(), t) for t in range(len(run.prompts))] == run.prompts
+
+
+def test_restart_after_must_be_positive() -> None:
+    with pytest.raises(ConfigError, match="--restart-after must be > 0"):
+        AgentConfig(restart_after=0)
+
+
+# --------------------------------------------------------------------------------------------
 # Through the CLI
 
 
@@ -326,3 +394,30 @@ def test_cli_helpers_off(tmp_path: Path) -> None:
     [trace_file] = out.rglob("run_*.json")
     agent = json.loads(trace_file.read_text())["agent"]
     assert (agent["history"], agent["stale_notes"], agent["stale_temperature"]) == ("full", False, None)
+
+
+def test_cli_restart_after(tmp_path: Path) -> None:
+    task = get_scenario("humanevalfix").load_tasks(TaskQuery(n=1))[0]
+    path, fixed = task.oracle[1]["args"]["path"], task.oracle[1]["args"]["content"]
+    same = call("write_file", path=path, content=task.files[path])
+    replies = [same, same, call("write_file", path=path, content=fixed), call("run_tests"), DONE]
+    script = tmp_path / "s.jsonl"
+    script.write_text(json.dumps({"task": task.id, "replies": replies}) + "\n")
+    registry = tmp_path / "models.yaml"
+    registry.write_text(f"models:\n  - {{name: replay, backend: scripted, script: {json.dumps(str(script))}}}\n")
+    base = [sys.executable, str(ROOT / "run_agents.py"), "--registry", str(registry), "--models", "replay",
+            "--n", "1", "--no-embed"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    bad = subprocess.run([*base, "--out", str(tmp_path / "bad"), "--restart-after", "0"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=600, env=env)
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "--restart-after must be > 0" in bad.stderr
+    out = tmp_path / "t"
+    r = subprocess.run([*base, "--out", str(out), "--restart-after", "2"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr
+    [trace_file] = out.rglob("run_*.json")
+    trace = json.loads(trace_file.read_text())
+    assert validate_trace(trace) == [] and trace["schema_version"] == "1.5"
+    assert trace["outcome"]["passed"] is True and trace["outcome"]["num_turns"] == 5
+    assert trace["agent"]["restart_after"] == 2 and trace["fingerprint"]["config"]["agent"]["restart_after"] == 2
+    assert [s["turn"] for s in trace["steps"] if s["type"] in ("restart", "initial_tests")] == [0, 2, 2]

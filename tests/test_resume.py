@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_harness.trace import load_traces, resume_status, task_slug, task_slugs, validate_trace, write_json_atomic
+from agent_harness.trace_model import SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,7 +38,7 @@ def test_resume_same_config_redoes_nothing_and_changed_config_redoes_all(tmp_pat
     before = mtimes(out)
     assert sorted(before) == [f"oracle/humanevalfix/gold/run_Python-{i}__s0.json" for i in range(3)]
     header = json.loads((out / "oracle/humanevalfix/gold/run_Python-1__s0.json").read_text())
-    assert header["schema_version"] == "1.4" and validate_trace(header) == []
+    assert header["schema_version"] == SCHEMA_VERSION and validate_trace(header) == []
     fp = header["fingerprint"]
     assert len(fp["hash"]) == 64 and fp["config"]["agent"]["demo"] is True
     assert fp["config"]["task"]["id"] == "Python/1" and fp["config"]["model"]["name"] == "oracle"

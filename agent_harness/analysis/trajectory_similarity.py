@@ -35,7 +35,7 @@ from ._common import (
 WEIGHTINGS: dict[str, dict[str, float] | None] = {
     "uniform": None,
     "typed": {"thought": 1.0, "tool_call": 1.0, "final": 1.0, "parse_error": 1.0, "tool_result": 0.5,
-              "submit_check": 0.5, "initial_tests": 0.5},
+              "submit_check": 0.5, "initial_tests": 0.5, "restart": 0.5},
 }
 MAX_POINTS = 5000
 

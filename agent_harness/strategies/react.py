@@ -26,7 +26,7 @@ from ..protocol import (
     parse_reply,
     render_system_prompt,
 )
-from ..tools import ToolOptions, ToolResult, run_tool, tools_for
+from ..tools import ToolOptions, ToolResult, put_file, run_tool, tools_for
 from ..types import Backend, Completion, Conversation, GenParams, RequestMeta, Task, request_seed
 from ..workspace import Workspace
 
@@ -62,11 +62,14 @@ class AgentConfig:
     initial_tests: bool = True  # run the visible tests before the first turn; the task names the failing check
     # Off by default: with the file in view the 0.5B wrote it back verbatim, turn after turn (1/40 vs 9/40; RESULTS).
     initial_files: bool = False  # the task message shows the file(s) to fix (Task.focus) as they are
+    restart_after: int | None = None  # this many stale writes in a row: begin again from the task, files as given
     tool_options: ToolOptions = field(default_factory=ToolOptions)
 
     def __post_init__(self) -> None:
         if self.history not in ("full", "condensed"):
             raise ConfigError(f"history must be 'full' or 'condensed', not {self.history!r}")
+        if self.restart_after is not None and self.restart_after < 1:
+            raise ConfigError(f"--restart-after must be > 0, got {self.restart_after}")
 
 
 @dataclass
@@ -82,6 +85,7 @@ class Episode(EpisodeState):
     _replies: list[str] = field(default_factory=list)
     _refused: int = 0
     _elided: dict[tuple[int, str], str] = field(default_factory=dict)
+    _since: int = 0  # the turn the conversation began at (later than 0 after a restart)
 
     def __post_init__(self) -> None:
         self.tools = {t.name: t for t in tools_for(self.ws)}
@@ -105,18 +109,26 @@ class Episode(EpisodeState):
                 text += note
                 shown += [path] if note else []
         if self.config.initial_tests and "run_tests" in self.tools:
-            result = self._execute("run_tests", {})
-            text += initial_test_note(result)
-            status = history.test_record(result)  # a stale write's note can then say where the tests fail
-            self._step("initial_tests", result.text, tool="run_tests", **({"tests": status} if status else {}))
+            text += initial_test_note(self._initial_tests())
         if shown and "write_file" in self.tools:
             text += initial_fix_note(shown)
         return text
 
+    def _initial_tests(self) -> ToolResult:
+        """Run the visible tests before a turn and record it, so a stale write's note can say where they fail."""
+        result = self._execute("run_tests", {})
+        status = history.test_record(result)
+        self._step("initial_tests", result.text, tool="run_tests", **({"tests": status} if status else {}))
+        return result
+
+    def _recent(self) -> list[dict[str, Any]]:
+        """The steps of the conversation the model sees now (all of them unless it restarted)."""
+        return [s for s in self.steps if s["turn"] >= self._since] if self._since else self.steps
+
     def prompt(self) -> Conversation:
         if self.config.history == "full":
             return list(self.messages)
-        return history.condense(self.messages, self.first_turn, history.elisions(self.steps))
+        return history.condense(self.messages, self.first_turn, history.elisions(self._recent()), self._since)
 
     def gen_params(self) -> GenParams:
         temp = self.params.temperature
@@ -174,7 +186,26 @@ class Episode(EpisodeState):
                 self._check_limits()
             except LimitsExceeded as e:
                 self.exit_reason = e.reason
+        after = self.config.restart_after
+        if not self.done and after and history.stale_run(self._recent()) >= after:
+            self._restart(after)
         return self.steps[first:]
+
+    def _restart(self, stale: int) -> None:
+        """Begin the conversation again from the task message, with the task's files as given: the
+        model copies its own stale writes from its context, temperature alone did not stop it."""
+        self._since, self._last_call, self._elided = self.turn, None, {}
+        lost = []
+        for rel, text in self.task.files.items():
+            try:
+                put_file(self.ws, rel, text)
+            except Exception as e:  # a path agent code made unusable; the restart goes on without it
+                lost.append(f"{rel} ({type(e).__name__}: {e})")
+        note = f"{stale} stale writes in a row: the conversation begins again from the task, the files as given."
+        self._step("restart", note + (f" Not restored: {'; '.join(lost)}." if lost else ""))
+        self.messages = self.messages[:self.first_turn]
+        if self.config.initial_tests and "run_tests" in self.tools:
+            self._initial_tests()
 
     def _call(self, reply: ParsedReply, meta: dict[str, Any]) -> None:
         call_id = f"call_{self.turn}"
@@ -212,7 +243,7 @@ class Episode(EpisodeState):
         """The messages this turn's prompt shows condensed for the first time, for the trace."""
         if self.config.history == "full":
             return {}
-        now = history.elisions(self.steps)
+        now = history.elisions(self._recent())
         new = [{"turn": t, "role": r, "text": text} for (t, r), text in now.items()
                if self._elided.get((t, r)) != text]
         self._elided = now

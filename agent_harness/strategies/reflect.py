@@ -17,13 +17,12 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from ..episode import EpisodeState
 from ..errors import ConfigError, ToolError
 from ..scenarios import SingleShot
-from ..tools import ToolOptions, execute, failure_summary, run_tool, syntax_error
+from ..tools import ToolOptions, failure_summary, put_file, run_tool, syntax_error
 from ..types import Completion, Conversation, GenParams, Message, Task, request_seed
 from ..workspace import Workspace
 from .single_shot import MIN_TOKENS
@@ -207,8 +206,4 @@ class ReflectEpisode(EpisodeState):
         return "failed", f"Your code fails the tests.{unchanged} The failing check:\n{failure}", obs
 
     def _write(self, rel: str, text: str) -> None:
-        """Write through the file tool (confined to the workspace, never through a link)."""
-        path = Path(self.ws.root) / rel
-        if path.is_symlink():  # a test run may have left one; write the file itself, not its target
-            path.unlink()
-        execute(self.ws, "write_file", {"path": rel, "content": text}, replace(self.tool_options, syntax_check=False))
+        put_file(self.ws, rel, text)

@@ -100,6 +100,15 @@ def write(ws: Workspace, target: Path, data: bytes) -> None:
     hand_over(target)
 
 
+def put_file(ws: Workspace, rel: str, text: str) -> None:
+    """Put back a file as the task gave it (reflect, a react restart). Agent code may have left a link
+    in its place: the link goes, and the file is written, never the link's target."""
+    path = Path(ws.root) / rel
+    if path.is_symlink():
+        path.unlink()
+    write(ws, resolve(ws, rel), text.encode("utf-8"))
+
+
 def listing(ws: Workspace, folder: Path, limit: int) -> tuple[list[str], int]:
     """Workspace-relative entries under `folder` (folders end in /, links show their target)."""
     entries: list[str] = []

@@ -83,6 +83,9 @@ class FileVersion(TypedDict, total=False):
     __pydantic_config__ = ConfigDict(extra="allow")  # type: ignore[misc]
     path: Required[str]
     sha: Required[str]
+    changed: Annotated[bool, _doc("write_file: whether the write changed the file.")]
+    attempt: Annotated[int | None, _doc("write_file: the how-many-th version of this file that changed it.")]
+    repeat_of: Annotated[int | None, _doc("write_file: turn of an earlier write of this version that failed.")]
 
 
 class TestsResult(TypedDict, total=False):
@@ -304,6 +307,7 @@ STEP_COLUMNS: dict[str, Column] = {
     "text": Column("text", ""), "prompt_tokens": Column("tokens.prompt"),
     "completion_tokens": Column("tokens.completion"), "cached_tokens": Column("tokens.cached"),
     "latency_s": Column("latency_s"), "has_embedding": Column(),
+    "file_sha": Column("file.sha"), "file_changed": Column("file.changed"), "repeat_of": Column("file.repeat_of"),
 }
 # Fields without which the loader skips a trace (KeyError), however old: the rest may be missing.
 LOADER_REQUIRED = frozenset({"run_id", "scenario", "label", "task_id", "model", "model.name", "model.backend",

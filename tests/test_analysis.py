@@ -200,6 +200,36 @@ def test_tool_usage_and_parse_errors(oracle_null: Path) -> None:
     assert errors["null"] == 1.0 and errors["oracle"] == 0.0
 
 
+def test_write_behaviour_shows_a_copy_loop_and_restarts(tmp_path: Path) -> None:
+    """Real runs of a scripted model that writes one wrong version again and again, with and without
+    --restart-after: the table counts writes, versions, stale writes and restarts per episode."""
+    from agent_harness.scenarios import TaskQuery, get_scenario
+
+    task = get_scenario("humanevalfix").load_tasks(TaskQuery(n=1))[0]
+    path = task.oracle[1]["args"]["path"]
+    wrong = json.dumps({"tool": "write_file", "args": {"path": path, "content": task.files[path] + "\n# v\n"}})
+    replies = [f"THOUGHT: fix\nTOOL_CALL: {wrong}"] * 4 + ["THOUGHT: done\nFINAL: done"]
+    script = tmp_path / "s.jsonl"
+    script.write_text(json.dumps({"task": task.id, "replies": replies}) + "\n")
+    registry = tmp_path / "models.yaml"
+    registry.write_text(f"models:\n  - {{name: loop, backend: scripted, script: {json.dumps(str(script))}}}\n")
+    tables = []
+    for extra in ([], ["--restart-after", "2"]):
+        out = tmp_path / f"t{len(tables)}"
+        r = subprocess.run([sys.executable, "run_agents.py", "--registry", str(registry), "--models", "loop",
+                            "--n", "1", "--out", str(out), "--no-embed", "--no-submit-check", *extra],
+                           capture_output=True, text=True, cwd=ROOT, timeout=300, env={**ENV, "HF_HUB_OFFLINE": "1"})
+        assert r.returncode == 0, r.stderr
+        frames = _load(out)
+        tables.append(compare_models.write_behaviour(frames.runs, frames.steps).iloc[0])
+    plain, restarted = tables
+    assert (plain["writes/episode"], plain["versions/episode"], plain["stale writes/episode"]) == (4, 1, 3)
+    assert plain["restarts/episode"] == 0 and plain["episodes with 2+ versions"] == 0
+    # writes 1-3, then a restart puts the file back: write 4 changes it again (not stale), same version
+    assert (restarted["writes/episode"], restarted["versions/episode"], restarted["stale writes/episode"]) == (4, 1, 2)
+    assert restarted["restarts/episode"] == 1
+
+
 # -- trajectory_similarity -----------------------------------------------------------------------------
 def _identical_pair(root: Path, n_tasks: int = 5, dim: int = 16) -> None:
     """Models a and b take exactly the same steps (same embeddings) on every task."""

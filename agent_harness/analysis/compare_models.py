@@ -134,6 +134,29 @@ def tool_usage(runs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     return table.drop(columns="users").sort_values(["model", "calls"], ascending=[True, False])
 
 
+def write_behaviour(runs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """Per model × scenario: how episodes use write_file. A copy loop shows as many writes per episode
+    but one version: stale writes changed nothing or brought back a version that had failed."""
+    cols = ["model", "scenario", "episodes", "writes/episode", "versions/episode", "stale writes/episode",
+            "episodes with 2+ versions", "restarts/episode"]
+    writes = steps[(steps["type"] == "tool_result") & (steps["tool"] == "write_file") & steps["file_sha"].notna()]
+    if writes.empty:
+        return pd.DataFrame(columns=cols)
+    changed = writes["file_changed"].astype("boolean").fillna(False).astype(bool)
+    per_run = pd.DataFrame({
+        "writes": writes.groupby("run_id").size(),
+        "versions": writes[changed].groupby("run_id")["file_sha"].nunique(),
+        "stale": writes[~changed | writes["repeat_of"].notna()].groupby("run_id").size(),
+        "restarts": steps[steps["type"] == "restart"].groupby("run_id").size(),
+    })
+    runs = runs.join(per_run, on="run_id").fillna({k: 0 for k in per_run.columns})
+    g = runs.groupby(["model", "scenario"], sort=True)
+    out = g.agg(episodes=("run_id", "size"), w=("writes", "mean"), v=("versions", "mean"), s=("stale", "mean"),
+                two=("versions", lambda s: float((s >= 2).mean())), r=("restarts", "mean")).reset_index()
+    out.columns = cols
+    return out
+
+
 def parse_errors(runs: pd.DataFrame) -> pd.DataFrame:
     """Parse errors per model turn, and the share of episodes with at least one."""
     g = runs.groupby(["model", "scenario"], sort=True)
@@ -275,6 +298,8 @@ def analyze(frames: TraceFrames, out: Path, n_boot: int = 2000) -> Section:
         ("distributions", "Turns, steps, tokens and wall time per episode", distributions(runs)),
         ("exit_reasons", "Exit reasons (episodes)", exit_reasons(runs)),
         ("tool_usage", "Tool use", tools),
+        ("write_behaviour", "Writes and versions per episode (a copy loop: many writes, one version)",
+         write_behaviour(runs, steps)),
         ("parse_errors", "Parse errors", parse_errors(runs)),
         ("pass_vs_steps", "pass@1 within a turn budget", curve),
     ]

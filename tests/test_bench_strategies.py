@@ -45,3 +45,21 @@ def test_unknown_config_and_missing_flag(tmp_path: Path) -> None:
     assert r.returncode == 2 and r.stderr.strip().startswith("error: unknown config 'nope'")
     listing = bench("--list")
     assert listing.returncode == 0 and "react-condensed" in listing.stdout and "--history condensed" in listing.stdout
+
+
+def test_a_served_model_keeps_its_port_so_resume_matches() -> None:
+    """--serve writes the server's URL into the registry entry, which the fingerprint holds: the port must
+    be the same at the next start, or --resume would redo every episode as 'config changed'."""
+    import socket
+
+    from agent_harness.backends.vllm_serve import free_port, stable_port
+
+    port = stable_port("qwen2.5-coder-1.5b-offline")
+    assert port == stable_port("qwen2.5-coder-1.5b-offline") and 20000 <= port < 40000
+    assert port != stable_port("qwen2.5-coder-0.5b")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        assert free_port(taken) != taken  # in use: another free port
+    assert free_port(taken) == taken  # free again: the preferred one

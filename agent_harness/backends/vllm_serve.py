@@ -8,6 +8,7 @@ group; it is always stopped by its own pid. Flags mirror what the offline vLLM b
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import signal
 import socket
@@ -18,11 +19,22 @@ from pathlib import Path
 from typing import Any
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_port(preferred: int = 0) -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now: `preferred` when it is free."""
+    for port in (preferred, 0) if preferred else (0,):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    raise ServerError("no free TCP port on 127.0.0.1")
+
+
+def stable_port(name: str) -> int:
+    """A port derived from `name` (20000-39999): a served model keeps its URL, hence its registry entry
+    and its runs' fingerprints, from one start of its server to the next, so `--resume` reuses them."""
+    return 20000 + int(hashlib.sha256(name.encode()).hexdigest(), 16) % 20000
 
 
 class ServerError(RuntimeError):
@@ -41,8 +53,8 @@ class VllmServer:
 
     @classmethod
     def for_spec(cls, spec: Any, log: Path, served_name: str) -> VllmServer:
-        """A server of `spec`'s prepared folder (the offline backend's dtype on CPU) on a free port;
-        ServerError when the folder is not prepared."""
+        """A server of `spec`'s prepared folder (the offline backend's dtype on CPU), on the port
+        `stable_port(served_name)` when it is free; ServerError when the folder is not prepared."""
         import torch
 
         from ..weights import converted_dir
@@ -52,7 +64,8 @@ class VllmServer:
         if not (folder / "config.json").is_file():
             raise ServerError(f"{folder}: not prepared (make setup)")
         dtype = compute_dtype(torch, spec.dtype, False, None)
-        return cls(folder, free_port(), log, served_name=served_name, dtype=dtype, max_model_len=spec.context_length,
+        port = free_port(stable_port(served_name))
+        return cls(folder, port, log, served_name=served_name, dtype=dtype, max_model_len=spec.context_length,
                    extra_env={"HF_HUB_OFFLINE": "1"})
 
     @property

@@ -277,3 +277,42 @@ def test_sigterm_does_not_wait_for_requests_in_flight(tmp_path: Path, servers: l
     assert "interrupted" in err
     for path in out.rglob("run_*.json"):
         json.loads(path.read_text())
+
+
+def test_streaming_returns_each_reply_when_it_comes(tmp_path: Path, servers: list[Server]) -> None:
+    """submit/poll: a reply comes back as soon as it is ready, not when the slowest of a batch is; the
+    slots cap the requests in flight at `concurrency`; a failed request is raised by poll."""
+    import time
+
+    slow = threading.Event()
+
+    def answer(body: dict[str, Any]) -> str:
+        if body["messages"][-1]["content"] == "slow":
+            slow.wait(10)
+        return echo(body)
+
+    server = Server(answer)
+    servers.append(server)
+    backend = OpenAIBackend(spec(tmp_path, [server.base_url], concurrency=2))
+    try:
+        params = GenParams(max_tokens=8)
+        for key in ("slow", "a", "b"):
+            backend.submit(key, conv(key), params)
+        got: dict[str, str] = {}
+        deadline = time.monotonic() + 20
+        while len(got) < 2 and time.monotonic() < deadline:
+            got.update((k, c.text) for k, c in backend.poll())
+        assert got == {"a": "echo: a", "b": "echo: b"} and backend.pending() == 1  # "slow" still out
+        assert len(server.bodies) == 3
+        slow.set()
+        while backend.pending() and time.monotonic() < deadline:
+            got.update((k, c.text) for k, c in backend.poll())
+        assert got["slow"] == "echo: slow" and backend.pending() == 0
+        server.kill()
+        backend.submit("gone", conv("x"), params)
+        with pytest.raises(BackendUnavailable):
+            while time.monotonic() < deadline:
+                backend.poll()
+        assert backend.pending() == 0
+    finally:
+        backend.close()

@@ -14,6 +14,11 @@ exponential backoff and jitter (``AGENT_HARNESS_OPENAI_BACKOFF_S`` is the base d
 honouring a `Retry-After` header. Other 4xx fail at once with the server's message. When retries
 run out, BackendUnavailable names the URL and the last status: a dead server stops the run.
 
+Streaming (`submit` / `poll`): the runner sends each episode's next prompt as soon as its tool has
+run, each request on its own daemon thread, at most `concurrency` x endpoints in flight. A tick of
+`generate` waits for its slowest reply, and the next prompts wait with it: on a CPU server the batch
+then ran one straggler at a time.
+
 Several endpoints (`base_url` a list): each attempt goes to the live endpoint with the fewest
 requests in flight (`endpoint_pool`); a failing one is taken out with backoff and probed again,
 and the request moves on to another, so a dead node costs its in-flight requests one retry each.
@@ -48,6 +53,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MAX_API_STOPS = 4
+POLL_S = 0.05  # poll waits this long for a reply, so the runner also sees finished tools promptly
 DEFAULT_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 60.0
 RETRY_STATUSES = frozenset({408, 429}) | frozenset(range(500, 600))
@@ -162,6 +168,11 @@ class OpenAIBackend:
         self._rng = random.Random()
         self._rng_lock = threading.Lock()
         n = len(endpoints) * self.endpoint.concurrency
+        self._slots = threading.BoundedSemaphore(n)  # requests in flight, streaming
+        self._cv = threading.Condition()
+        self._finished: list[tuple[str, Completion]] = []
+        self._failed: list[BaseException] = []
+        self._submitted = 0
         self.client: httpx.Client | None = httpx.Client(
             timeout=self.endpoint.timeout_s,
             limits=httpx.Limits(max_connections=n, max_keepalive_connections=n),
@@ -292,6 +303,50 @@ class OpenAIBackend:
         if workers == 1:
             return [self._one(*call) for call in calls]
         return fan_out(self._one, calls, workers)
+
+    # -- streaming (StreamingBackend) ------------------------------------------------------------------
+    def submit(self, key: str, conversation: Conversation, params: GenParams,
+               meta: RequestMeta | None = None) -> None:
+        """Send one conversation on a daemon thread (it waits for a free slot); `poll` returns its reply."""
+        if self.client is None:
+            raise BackendUnavailable(f"openai backend for '{self.spec.name}' is closed")
+        if params.max_tokens < 1:
+            raise ConfigError(f"max_tokens must be >= 1, got {params.max_tokens}")
+        call = (list(conversation), params, stop_strings(params))
+
+        def work() -> None:
+            with self._slots:
+                try:
+                    done: tuple[str, Completion] | None = (key, self._one(*call))
+                except BaseException as e:  # raised by poll, as generate would raise it
+                    done, error = None, e
+            with self._cv:
+                if done is None:
+                    self._failed.append(error)
+                else:
+                    self._finished.append(done)
+                self._cv.notify_all()
+
+        with self._cv:
+            self._submitted += 1
+        threading.Thread(target=work, name="openai", daemon=True).start()
+
+    def poll(self) -> list[tuple[str, Completion]]:
+        """The replies that came back, after waiting up to POLL_S for one; a failed request (its retries
+        spent) is raised here and stops the run, as from `generate`."""
+        with self._cv:
+            if self._submitted and not (self._finished or self._failed):
+                self._cv.wait(POLL_S)
+            if self._failed:
+                self._submitted -= 1
+                raise self._failed.pop(0)
+            done, self._finished = self._finished, []
+            self._submitted -= len(done)
+        return done
+
+    def pending(self) -> int:
+        with self._cv:
+            return self._submitted
 
     def close(self) -> None:
         client, self.client = self.client, None

@@ -7,6 +7,9 @@ retry delays are kept tiny through AGENT_HARNESS_OPENAI_BACKOFF_S.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,6 +24,8 @@ from agent_harness.backends.openai_backend import MAX_API_STOPS, OpenAIBackend
 from agent_harness.errors import BackendUnavailable
 from agent_harness.registry import ModelSpec, load_registry
 from agent_harness.types import GenParams
+
+ROOT = Path(__file__).resolve().parent.parent
 
 Reply = tuple[int, dict[str, str], Any]
 
@@ -228,3 +233,35 @@ def test_registry_default_entry_is_valid() -> None:
     spec = load_registry().get("local-server")
     assert spec.backend == "openai" and spec.openai is not None
     assert spec.openai.api_key_env == "OPENAI_API_KEY"
+
+
+VLLM_CONTEXT_400 = {"error": {"message": "This model's maximum context length is 4096 tokens. However, your prompt "
+                              "contains at least 4097 input tokens, which exceeds this limit even without any "
+                              "output tokens. Please reduce the length of the input prompt.", "type": "BadRequestError",
+                              "param": "input_tokens", "code": 400}}
+
+
+def test_a_prompt_over_the_servers_context_is_an_empty_length_reply(tmp_path: Path, server: FakeServer) -> None:
+    """As on the local backends: the conversation is over ("length", nothing generated), not the run."""
+    server.script = lambda n, body: (400, {}, VLLM_CONTEXT_400) if body["messages"][-1]["content"] == "long" \
+        else echo_reply(body)
+    backend = load_backend(registry_spec(tmp_path, server.base_url))
+    long, short = backend.generate([conv("long"), conv("short")], GenParams(max_tokens=5))
+    assert (long.text, long.finish_reason, long.completion_tokens, long.prompt_tokens) == ("", "length", 0, 4097)
+    assert short.text == "echo: short" and len(server.requests) == 2  # not retried
+
+
+def test_cli_run_goes_on_when_one_episode_outgrows_the_context(tmp_path: Path, server: FakeServer) -> None:
+    server.script = lambda n, body: (400, {}, VLLM_CONTEXT_400) if "Task Python/1" in json.dumps(body) \
+        else echo_reply(body)
+    registry_spec(tmp_path, server.base_url)  # writes models.yaml
+    out = tmp_path / "t"
+    r = subprocess.run([sys.executable, str(ROOT / "run_agents.py"), "--registry", str(tmp_path / "models.yaml"),
+                        "--models", "remote", "--n", "2", "--max-steps", "2", "--no-embed", "--no-progress",
+                        "--out", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=600,
+                       env={**os.environ, "HF_HUB_OFFLINE": "1", "TEST_OPENAI_KEY": "k",
+                            "AGENT_HARNESS_OPENAI_BACKOFF_S": "0.01"})
+    assert r.returncode == 0, r.stderr
+    exits = {json.loads(p.read_text())["task_id"]: json.loads(p.read_text())["outcome"]["exit_reason"]
+             for p in out.rglob("run_*.json")}
+    assert exits == {"Python/0": "max_steps", "Python/1": "context"}

@@ -11,7 +11,10 @@ sent and the reply is also cut client-side at every stop string; token counts co
 
 Retries: 429, 5xx, timeouts and connection errors are retried up to `max_retries` times with
 exponential backoff and jitter (``AGENT_HARNESS_OPENAI_BACKOFF_S`` is the base delay, default 1 s),
-honouring a `Retry-After` header. Other 4xx fail at once with the server's message. When retries
+honouring a `Retry-After` header. A prompt the server finds longer than its context (HTTP 400 saying
+so, vLLM's or OpenAI's wording) is that episode's end, as on the local backends: an empty reply with
+finish_reason "length", which the agent records as exit "context". Other 4xx fail at once with the
+server's message. When retries
 run out, BackendUnavailable names the URL and the last status: a dead server stops the run.
 
 Streaming (`submit` / `poll`): the runner sends each episode's next prompt as soon as its tool has
@@ -32,6 +35,7 @@ import json
 import logging
 import os
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -57,6 +61,18 @@ POLL_S = 0.05  # poll waits this long for a reply, so the runner also sees finis
 DEFAULT_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 60.0
 RETRY_STATUSES = frozenset({408, 429}) | frozenset(range(500, 600))
+# vLLM: "This model's maximum context length is 4096 tokens. However, your prompt contains at least 4097
+# input tokens ..." (or "Input length (N) exceeds model's maximum context length"); OpenAI's code.
+CONTEXT_ERROR = re.compile(r"maximum context length|context_length_exceeded", re.I)
+PROMPT_TOKENS = re.compile(r"(\d+) input tokens|Input length \((\d+)\)")
+
+
+class ContextTooLong(BackendUnavailable):
+    """The server refused a prompt longer than its context; `prompt_tokens` when it said how long."""
+
+    def __init__(self, message: str, prompt_tokens: int) -> None:
+        super().__init__(message)
+        self.prompt_tokens = prompt_tokens
 
 
 def fan_out(fn: Callable[..., T], calls: list[tuple[Any, ...]], workers: int) -> list[T]:
@@ -254,6 +270,10 @@ class OpenAIBackend:
                 msg = _server_message(resp)
                 if resp.status_code not in RETRY_STATUSES:
                     outcome = "ok"  # the server is alive and answered: the request is at fault
+                    if resp.status_code == 400 and CONTEXT_ERROR.search(f"{msg} {resp.text[:2000]}"):
+                        m = PROMPT_TOKENS.search(msg)
+                        raise ContextTooLong(f"{ep.url}: HTTP 400: {msg}", int(next(filter(None, m.groups())))
+                                             if m else 0)
                     raise BackendUnavailable(f"{ep.url}: HTTP {resp.status_code}: {msg}")
                 outcome, last = "soft", f"HTTP {resp.status_code}: {msg}"
                 retry_after = _retry_after(resp)
@@ -264,7 +284,11 @@ class OpenAIBackend:
 
     def _one(self, conv: Conversation, params: GenParams, stops: tuple[str, ...]) -> Completion:
         t0 = time.perf_counter()
-        data, ep = self._post(self._payload(conv, params, stops))
+        try:
+            data, ep = self._post(self._payload(conv, params, stops))
+        except ContextTooLong as e:  # this conversation is over, not the run
+            log.warning("%s", e)
+            return Completion("", e.prompt_tokens, 0, "length", time.perf_counter() - t0)
         latency = time.perf_counter() - t0
         choice = data["choices"][0]
         message = choice.get("message") or {}

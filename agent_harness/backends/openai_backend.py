@@ -14,8 +14,8 @@ exponential backoff and jitter (``AGENT_HARNESS_OPENAI_BACKOFF_S`` is the base d
 honouring a `Retry-After` header. A prompt the server finds longer than its context (HTTP 400 saying
 so, vLLM's or OpenAI's wording) is that episode's end, as on the local backends: an empty reply with
 finish_reason "length", which the agent records as exit "context". Other 4xx fail at once with the
-server's message. When retries
-run out, BackendUnavailable names the URL and the last status: a dead server stops the run.
+server's message. When retries run out, BackendUnavailable names the URL and the last status: a
+dead server stops the run.
 
 Streaming (`submit` / `poll`): the runner sends each episode's next prompt as soon as its tool has
 run, each request on its own daemon thread, at most `concurrency` x endpoints in flight. A tick of
@@ -270,7 +270,7 @@ class OpenAIBackend:
                 msg = _server_message(resp)
                 if resp.status_code not in RETRY_STATUSES:
                     outcome = "ok"  # the server is alive and answered: the request is at fault
-                    if resp.status_code == 400 and CONTEXT_ERROR.search(f"{msg} {resp.text[:2000]}"):
+                    if resp.status_code == 400 and CONTEXT_ERROR.search(resp.text[:2000]):
                         m = PROMPT_TOKENS.search(msg)
                         raise ContextTooLong(f"{ep.url}: HTTP 400: {msg}", int(next(filter(None, m.groups())))
                                              if m else 0)
@@ -341,14 +341,14 @@ class OpenAIBackend:
         def work() -> None:
             with self._slots:
                 try:
-                    done: tuple[str, Completion] | None = (key, self._one(*call))
+                    reply = self._one(*call)
                 except BaseException as e:  # raised by poll, as generate would raise it
-                    done, error = None, e
+                    with self._cv:
+                        self._failed.append(e)
+                        self._cv.notify_all()
+                    return
             with self._cv:
-                if done is None:
-                    self._failed.append(error)
-                else:
-                    self._finished.append(done)
+                self._finished.append((key, reply))
                 self._cv.notify_all()
 
         with self._cv:

@@ -63,3 +63,22 @@ def test_a_served_model_keeps_its_port_so_resume_matches() -> None:
         taken = busy.getsockname()[1]
         assert free_port(taken) != taken  # in use: another free port
     assert free_port(taken) == taken  # free again: the preferred one
+
+
+def test_a_port_in_time_wait_is_free_again() -> None:
+    """A stopped server's port lingers in TIME_WAIT while its connections close; the next server binds it
+    (SO_REUSEADDR), so the probe must count it as free, or the served URL changes and resume redoes all."""
+    import socket
+
+    from agent_harness.backends.vllm_serve import free_port
+
+    with socket.socket() as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        conn, _ = server.accept()
+        conn.close()  # the server side closes first: its end of the connection goes to TIME_WAIT
+        client.close()
+    assert free_port(port) == port

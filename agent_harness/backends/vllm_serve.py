@@ -23,6 +23,8 @@ def free_port(preferred: int = 0) -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now: `preferred` when it is free."""
     for port in (preferred, 0) if preferred else (0,):
         with socket.socket() as s:
+            # as a server binds (uvicorn does): a port left in TIME_WAIT by the last server is free
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:

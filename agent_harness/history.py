@@ -137,7 +137,7 @@ def stale_run(steps: Sequence[Step]) -> int:
     return 0 if (current_outcome(steps) or {}).get("passed") else run
 
 
-def tool_facts(ws: Workspace, steps: Sequence[Step], turn: int, tool: str | None, args: Mapping[str, Any],
+def tool_facts(ws: Workspace, steps: Sequence[Step], tool: str | None, args: Mapping[str, Any],
                result: ToolResult, notes: bool) -> tuple[str, dict[str, Any]]:
     """What a tool result establishes, as fields of its step (`file`: the version a read showed or a
     write left; `tests`: a test result), and its text told when the write was stale (with `notes`).
@@ -234,9 +234,9 @@ def condense(messages: Conversation, first_turn: int, elided: Mapping[tuple[int,
     result the next (`since`: the turn the conversation began at, later than 0 after a restart)."""
     out = list(messages)
     for (turn, role), text in elided.items():
-        i = first_turn + 2 * (turn - since) + (role == "user")
         if turn < since:
             continue
+        i = first_turn + 2 * (turn - since) + (role == "user")
         if i < len(out) and out[i]["role"] == role:
             out[i] = {"role": out[i]["role"], "content": text}
     return out

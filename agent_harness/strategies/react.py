@@ -214,7 +214,7 @@ class Episode(EpisodeState):
         t0 = time.monotonic()
         args = reply.args or {}
         result = self._run_tool(reply.tool or "", args)
-        obs, facts = history.tool_facts(self.ws, self.steps, self.turn, reply.tool, args, result,
+        obs, facts = history.tool_facts(self.ws, self.steps, reply.tool, args, result,
                                         notes=self.config.stale_notes)
         if "final_after_call" in reply.repairs:
             obs += f"\n\n{FINAL_IGNORED}"

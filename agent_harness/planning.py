@@ -16,7 +16,7 @@ from .registry import ModelSpec
 from .scenarios import SingleShot, TaskQuery, get_scenario
 from .strategies.react import AgentConfig
 from .strategies.reflect import ReflectConfig, require_reflectable
-from .trace import resume_status, task_slugs, trace_path
+from .trace import resume_status, set_aside, task_slugs, trace_path
 from .types import Task
 
 STRATEGIES = ("react", "reflect", "single_shot")
@@ -126,15 +126,20 @@ def model_jobs(cfg: RunConfig, spec: ModelSpec, planned: list[Job]) -> list[Job]
 
 
 def pending_jobs(cfg: RunConfig, jobs: list[Job], counts: Counter[str]) -> list[Job]:
-    """The jobs to run: all of them, or with --resume those without a reusable trace (tallied in `counts`)."""
-    if not cfg.resume:
-        return list(jobs)
+    """The jobs to run: all of them, or with --resume those without a reusable trace (tallied in `counts`).
+
+    A complete trace in a job's place is set aside (`trace.set_aside`), never overwritten: one made with
+    another configuration under --resume, any complete one without it (counted as "set_aside").
+    """
     pending = []
     for j in jobs:
-        status = resume_status(j.path, j.fingerprint["hash"])
+        status = resume_status(j.path, j.fingerprint["hash"]) if cfg.resume else "run"
         counts[status] += 1
-        if status != "reuse":
-            pending.append(j)
+        if status == "reuse":
+            continue
+        if status in ("changed", "run") and set_aside(j.path):
+            counts["set_aside"] += 1
+        pending.append(j)
     return pending
 
 
@@ -143,6 +148,12 @@ def report_resume(counts: Counter[str]) -> None:
     new = f", {counts['new']} new" if counts["new"] else ""
     print(f"resume: reused {counts['reuse']}, redid {redid} ({counts['changed']} config changed, "
           f"{counts['incomplete']} incomplete{new})", file=sys.stderr)
+
+
+def report_set_aside(counts: Counter[str]) -> None:
+    if counts["set_aside"]:
+        print(f"kept {counts['set_aside']} complete trace(s) this run replaces beside them, as "
+              f"run_*.json.superseded-<fingerprint>", file=sys.stderr)
 
 
 def report_foreign(out: Path, ours: list[Job]) -> None:

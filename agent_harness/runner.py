@@ -28,6 +28,7 @@ from .planning import (
     plan_jobs,
     report_foreign,
     report_resume,
+    report_set_aside,
 )
 from .progress import Ticker, progress_bar, run_stats
 from .run_trace import Live, Unstarted, new_trace
@@ -62,6 +63,7 @@ def run(cfg: RunConfig) -> dict[str, Any]:
         todo = {name: pending_jobs(cfg, [j for j in jobs if in_shard(cfg, j)], counts) for name, jobs in work.items()}
         if cfg.resume:
             report_resume(counts)
+        report_set_aside(counts)
         for spec in cfg.models:
             pending = todo[spec.name]
             if not pending:

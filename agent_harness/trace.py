@@ -125,6 +125,30 @@ def resume_status(path: Path, fingerprint: str) -> ResumeStatus:
     return "reuse" if isinstance(stored, dict) and stored.get("hash") == fingerprint else "changed"
 
 
+def set_aside(path: Path) -> Path | None:
+    """Keep the complete trace at `path` out of the way of a new episode: renamed to
+    `<name>.superseded-<its fingerprint>` (not `run_*.json`, so no loader reads it as this run's).
+
+    Returns where it went, or None when `path` holds no complete trace (nothing there, unreadable,
+    or unfinished: a killed run's partial trace is redone, as `--resume` does).
+    """
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not data["outcome"]["completed"]:
+            return None
+        fingerprint = data.get("fingerprint")
+        tag = str(fingerprint["hash"])[:12] if isinstance(fingerprint, dict) else "unfingerprinted"
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    dest = path.with_name(f"{path.name}.superseded-{tag}")
+    n = 1
+    while dest.exists():
+        n += 1
+        dest = path.with_name(f"{path.name}.superseded-{tag}-{n}")
+    path.rename(dest)
+    return dest
+
+
 def is_complete(path: Path, fingerprint: str) -> bool:
     """True when `--resume` may keep the trace at `path` (complete, same configuration)."""
     return resume_status(path, fingerprint) == "reuse"

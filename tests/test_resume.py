@@ -199,3 +199,38 @@ def test_shards_split_a_run_and_the_last_summary_covers_all(tmp_path: Path) -> N
         r = cli("--models", "oracle", "--n", "1", "--out", str(tmp_path / "bad"), "--shard", bad)
         assert r.returncode == 2 and "--shard" in r.stderr and "I/N" in r.stderr, (bad, r.stderr)
         assert not (tmp_path / "bad").exists()
+
+
+def test_replaced_traces_are_set_aside_not_overwritten(tmp_path: Path) -> None:
+    """A complete trace a run replaces (another configuration under --resume, any without it) is kept
+    beside it as run_*.json.superseded-<fingerprint>; partial traces are redone; no loader reads the kept ones."""
+    out = tmp_path / "t"
+    base = ["--models", "oracle", "--n", "2", "--out", str(out)]
+    assert cli(*base).returncode == 0
+    p1 = out / "oracle/humanevalfix/gold/run_Python-1__s0.json"
+    first = json.loads(p1.read_text())
+    p0 = p1.with_name("run_Python-0__s0.json")
+    first0 = json.loads(p0.read_text())["fingerprint"]["hash"][:12]
+
+    r = cli(*base, "--resume", "--no-demo")
+    assert resume_line(r) == "resume: reused 0, redid 2 (2 config changed, 0 incomplete)"
+    assert "kept 2 complete trace(s)" in r.stderr
+    kept = p1.with_name(f"{p1.name}.superseded-{first['fingerprint']['hash'][:12]}")
+    assert json.loads(kept.read_text()) == first
+    assert json.loads(p1.read_text())["agent"]["demo"] is False
+
+    r = cli(*base, "--resume", "--no-demo")  # same configuration: reused, nothing set aside
+    assert resume_line(r) == "resume: reused 2, redid 0 (0 config changed, 0 incomplete)"
+    assert "kept" not in r.stderr
+
+    t0 = json.loads(p0.read_text())
+    t0["outcome"]["completed"] = False
+    write_json_atomic(p0, t0)
+    r = cli(*base, "--no-demo")  # no --resume: the complete one is kept, the partial one is not
+    assert r.returncode == 0 and "kept 1 complete trace(s)" in r.stderr, r.stderr
+    now = json.loads(p1.read_text())["fingerprint"]["hash"][:12]
+    assert sorted(p.name for p in p1.parent.iterdir()) == sorted([
+        "run_Python-0__s0.json", f"run_Python-0__s0.json.superseded-{first0}",
+        "run_Python-1__s0.json", kept.name, f"{p1.name}.superseded-{now}",
+    ])
+    assert len(load_traces(out).runs) == 2 and "also holds" not in r.stderr

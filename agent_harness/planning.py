@@ -19,7 +19,7 @@ from .strategies.reflect import ReflectConfig, require_reflectable
 from .trace import resume_status, set_aside, task_slugs, trace_path
 from .types import Task
 
-STRATEGIES = ("react", "reflect", "single_shot")
+STRATEGIES = ("react", "reflect", "single_shot", "reflect_react")
 
 
 @dataclass
@@ -38,7 +38,7 @@ class RunConfig:
     concurrency: int = 16
     seed: int = 0
     embed: bool = True
-    strategy: str = "react"  # react (the tool agent) | reflect | single_shot
+    strategy: str = "react"  # react (the tool agent) | reflect | single_shot | reflect_react
     dataset_path: Path | None = None
     dataset_hub: bool = False  # HumanEvalFix from the Hugging Face Hub instead of the vendored copy
     agent: AgentConfig = field(default_factory=AgentConfig)
@@ -93,8 +93,8 @@ def plan_jobs(cfg: RunConfig) -> Iterator[tuple[str, str, list[Job]]]:
                 continue
             if cfg.strategy == "single_shot" and not isinstance(scenario, SingleShot):
                 raise ConfigError(f"scenario '{name}' has no single-shot baseline")
-            if cfg.strategy == "reflect":
-                require_reflectable(name, scenario)
+            if cfg.strategy in ("reflect", "reflect_react"):
+                require_reflectable(name, scenario, cfg.strategy.replace("_", "-"))
             query = TaskQuery(label=label, n=cfg.n, task_ids=cfg.task_ids, dataset_path=cfg.dataset_path,
                               options={"hub": True} if cfg.dataset_hub else {})
             tasks = scenario.load_tasks(query)
@@ -109,7 +109,7 @@ def plan_jobs(cfg: RunConfig) -> Iterator[tuple[str, str, list[Job]]]:
 def model_jobs(cfg: RunConfig, spec: ModelSpec, planned: list[Job]) -> list[Job]:
     """`planned` for one model: each job with its trace path and fingerprint; stale temp files removed."""
     run_cfg = run_config(spec, cfg.backend, cfg.mode, cfg.agent, cfg.seed,
-                         asdict(cfg.reflect) if cfg.strategy == "reflect" else None)
+                         asdict(cfg.reflect) if cfg.strategy in ("reflect", "reflect_react") else None)
     slugs: dict[tuple[str, str], dict[str, str]] = {}
     for j in planned:
         slugs.setdefault((j.scenario, j.task.label), {})[j.task.id] = ""

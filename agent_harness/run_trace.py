@@ -13,6 +13,7 @@ from .episode import EpisodeState
 from .planning import Job, RunConfig
 from .registry import ModelSpec
 from .sandbox import describe_bounds
+from .strategies.chain import ReflectThenReact
 from .strategies.react import Episode
 from .strategies.reflect import ReflectEpisode
 from .strategies.single_shot import SingleShotEpisode
@@ -35,7 +36,7 @@ class Live:
     """One running episode and the trace that mirrors it on disk."""
 
     job: Job
-    episode: Episode | SingleShotEpisode | ReflectEpisode | Unstarted
+    episode: Episode | SingleShotEpisode | ReflectEpisode | ReflectThenReact | Unstarted
     trace: Trace
     started: float = field(default_factory=time.monotonic)
     vectors: list[list[float]] | None = None  # step embeddings, once the episode is done

@@ -19,6 +19,7 @@ from .planning import Job, RunConfig
 from .registry import ModelSpec
 from .run_trace import Live, Unstarted, new_trace
 from .scenarios import Scenario, get_scenario
+from .strategies.chain import ReflectThenReact
 from .strategies.react import Episode
 from .strategies.reflect import ReflectEpisode, require_reflectable
 from .strategies.single_shot import SingleShotEpisode
@@ -51,7 +52,10 @@ class ModelRun:
 
     def _meta(self, live: Live) -> RequestMeta:
         """Which episode a request comes from (the scripted backend answers by it; models ignore it)."""
-        return RequestMeta(live.job.task, self.cfg.strategy, live.episode.turn)
+        ep = live.episode
+        if isinstance(ep, ReflectThenReact):  # the phase's strategy and turn, as that strategy alone sends them
+            return RequestMeta(live.job.task, ep.phase, ep.current.turn)
+        return RequestMeta(live.job.task, self.cfg.strategy, ep.turn)
 
     def _generate(self, prompts: list[Any], params: GenParams, seeds: list[int | None],
                   meta: list[RequestMeta]) -> list[Completion]:
@@ -94,21 +98,24 @@ class ModelRun:
         params = self.spec.gen_params(seed=self.cfg.seed)  # the run seed; each request's derives from it
         try:
             ws = Workspace.create(job.task.files, test_cmd=job.task.test_cmd)
-            ep: Episode | SingleShotEpisode | ReflectEpisode
+            ep: Episode | SingleShotEpisode | ReflectEpisode | ReflectThenReact
             if self.cfg.strategy == "single_shot":
                 shot = replace(params, seed=request_seed(self.cfg.seed, job.task.id, job.sample, 0))
                 ep = SingleShotEpisode(job.task, ws, shot, self.scenario(job))
             elif self.cfg.strategy == "reflect":
                 ep = ReflectEpisode(job.task, ws, params, require_reflectable(job.scenario_name, self.scenario(job)),
                                     self.cfg.reflect, self.cfg.agent.tool_options, sample=job.sample)
+            elif self.cfg.strategy == "reflect_react":
+                ep = ReflectThenReact(job.task, ws, params, require_reflectable(job.scenario_name, self.scenario(job)),
+                                      self.cfg.reflect, self.cfg.agent, self.spec.temperature_schedule, job.sample)
             else:
                 ep = Episode(job.task, ws, params, self.cfg.agent, temperature_schedule=self.spec.temperature_schedule,
                              sample=job.sample)
             trace = new_trace(self.cfg, self.spec, self.backend.info, job, ep.params, ep.system_prompt, ws.sandbox,
                               ep.demo)
-            if isinstance(ep, Episode | SingleShotEpisode | ReflectEpisode):
+            if isinstance(ep, Episode | SingleShotEpisode | ReflectEpisode | ReflectThenReact):
                 trace.prompt.task = ep.user_prompt
-            if isinstance(ep, ReflectEpisode):
+            if isinstance(ep, ReflectEpisode | ReflectThenReact):
                 trace.agent.reflect = asdict(self.cfg.reflect)
             live = Live(job, ep, trace)
         except Exception as e:

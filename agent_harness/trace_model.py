@@ -7,8 +7,9 @@ name the fields they read here, and the export's typed columns are fields of the
 
 Schema versions: 1.1 added the "submit_check" step type, 1.2 cached prompt token counts, 1.3 the run
 configuration fingerprint and files named by task id, 1.4 the "initial_tests" step (react's test run
-before the first turn), 1.5 the "restart" step (react began the conversation again). Fields an older
-trace may lack have defaults, so the generated schema validates 1.0-1.5 traces alike.
+before the first turn), 1.5 the "restart" step (react began the conversation again), 1.6 the reflect_react
+strategy (steps carry their `phase`; a "handoff" step between the phases). Fields an older trace may
+lack have defaults, so the generated schema validates 1.0-1.6 traces alike.
 
 Presence is deliberate: a field marked `OMIT_UNSET` is written only once it has been set (an outcome
 gets `score_details` or `score_error` only from scoring, the agent block `reflect` only under that
@@ -26,14 +27,14 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 from pydantic.json_schema import GenerateJsonSchema
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
-SchemaVersion = Literal["1.0", "1.1", "1.2", "1.3", "1.4", "1.5"]
-SCHEMA_VERSION: SchemaVersion = "1.5"
-READABLE_VERSIONS: tuple[str, ...] = ("1.0", "1.1", "1.2", "1.3", "1.4", "1.5")
+SchemaVersion = Literal["1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6"]
+SCHEMA_VERSION: SchemaVersion = "1.6"
+READABLE_VERSIONS: tuple[str, ...] = ("1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6")
 StepType = Literal["thought", "tool_call", "tool_result", "final", "parse_error", "submit_check", "attempt",
-                   "feedback", "initial_tests", "restart"]
+                   "feedback", "initial_tests", "restart", "handoff"]
 ExitReason = Literal["submitted", "max_steps", "budget", "context", "error"]
-Mode = Literal["agent", "single_shot", "reflect"]
-Strategy = Literal["react", "reflect", "single_shot"]
+Mode = Literal["agent", "single_shot", "reflect", "reflect_react"]
+Strategy = Literal["react", "reflect", "single_shot", "reflect_react"]
 Sandbox = Literal["bwrap", "rlimit", "none"]
 
 OMIT_UNSET = "omit-unset"  # Annotated/Field metadata: the key is written only after the field was set
@@ -127,6 +128,9 @@ class Step(TypedDict, total=False):
     tests: Annotated[TestsResult, _doc("run_tests results, submit checks and the initial test run.")]
     stale: Annotated[bool, _doc("A write that changed nothing or repeated a failed version, told so.")]
     note: Annotated[str, _doc("Text shown before a submit check's test output.")]
+    phase: Annotated[Literal["reflect", "react"], _doc("reflect_react: the strategy whose phase the step belongs to.")]
+    system_prompt: Annotated[str, _doc("handoff: the react phase's system prompt.")]
+    task_message: Annotated[str, _doc("handoff: the react phase's task message.")]
 
 
 # -- header --------------------------------------------------------------------------------------

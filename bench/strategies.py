@@ -65,6 +65,7 @@ CONFIGS: dict[str, Config] = {
     "react-restart-1": Config(("--agent", "react", "--history", "full", "--restart-after", "1")),
     "react-restart-2": Config(("--agent", "react", "--history", "full", "--restart-after", "2")),
     "single-shot-pass5-T0.8": Config(("--agent", "single-shot"), temperature=0.8, samples=5),
+    "reflect-react": Config(("--agent", "reflect-react", "--history", "full")),
 }
 
 

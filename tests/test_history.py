@@ -21,6 +21,7 @@ from agent_harness.sandbox import Limits
 from agent_harness.scenarios import TaskQuery, get_scenario
 from agent_harness.strategies.react import AgentConfig, Episode
 from agent_harness.trace import validate_trace
+from agent_harness.trace_model import SCHEMA_VERSION
 from agent_harness.types import Conversation, GenParams, RequestMeta, Task, request_seed
 from agent_harness.workspace import Workspace
 
@@ -417,7 +418,7 @@ def test_cli_restart_after(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     [trace_file] = out.rglob("run_*.json")
     trace = json.loads(trace_file.read_text())
-    assert validate_trace(trace) == [] and trace["schema_version"] == "1.5"
+    assert validate_trace(trace) == [] and trace["schema_version"] == SCHEMA_VERSION
     assert trace["outcome"]["passed"] is True and trace["outcome"]["num_turns"] == 5
     assert trace["agent"]["restart_after"] == 2 and trace["fingerprint"]["config"]["agent"]["restart_after"] == 2
     assert [s["turn"] for s in trace["steps"] if s["type"] in ("restart", "initial_tests")] == [0, 2, 2]

@@ -49,9 +49,9 @@ class Reflectable(SingleShot, Protocol):
         ...
 
 
-def require_reflectable(name: str, scenario: object) -> Reflectable:
+def require_reflectable(name: str, scenario: object, strategy: str = "reflect") -> Reflectable:
     if not isinstance(scenario, Reflectable):
-        raise ConfigError(f"scenario '{name}' cannot run --agent reflect: it has no single function to "
+        raise ConfigError(f"scenario '{name}' cannot run --agent {strategy}: it has no single function to "
                           "extract and test (use --agent react)")
     return scenario
 

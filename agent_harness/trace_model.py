@@ -312,6 +312,7 @@ STEP_COLUMNS: dict[str, Column] = {
     "completion_tokens": Column("tokens.completion"), "cached_tokens": Column("tokens.cached"),
     "latency_s": Column("latency_s"), "has_embedding": Column(),
     "file_sha": Column("file.sha"), "file_changed": Column("file.changed"), "repeat_of": Column("file.repeat_of"),
+    "phase": Column("phase"),
 }
 # Fields without which the loader skips a trace (KeyError), however old: the rest may be missing.
 LOADER_REQUIRED = frozenset({"run_id", "scenario", "label", "task_id", "model", "model.name", "model.backend",

@@ -17,7 +17,7 @@ from agent_harness.scenarios.humanevalfix import SCENARIO
 from agent_harness.strategies.chain import ReflectThenReact
 from agent_harness.strategies.react import AgentConfig, Episode
 from agent_harness.strategies.reflect import ReflectConfig
-from agent_harness.trace import validate_trace
+from agent_harness.trace import load_traces, validate_trace
 from agent_harness.types import Completion, GenParams
 from agent_harness.workspace import Workspace
 
@@ -110,6 +110,8 @@ def test_reflect_react_end_to_end_oracle_and_null(tmp_path: Path) -> None:
                 assert [s["type"] for s in data["steps"] if s["type"] in ("handoff", "submit_check", "final")] == \
                     ["handoff", "final", "submit_check", "final"]
                 assert data["outcome"]["num_turns"] == 4 and data["outcome"]["exit_reason"] == "submitted"
+    frames = load_traces(out)
+    assert frames.skipped == [] and set(frames.steps["phase"]) == {"reflect", "react"}
 
 
 def test_reflect_react_refuses_a_scenario_without_a_function(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from .trace import resume_status, set_aside, task_slugs, trace_path
 from .types import Task
 
 STRATEGIES = ("react", "reflect", "single_shot", "reflect_react")
+REFLECTING = ("reflect", "reflect_react")  # the strategies that run the reflect loop (its config, its scenarios)
 
 
 @dataclass
@@ -93,7 +94,7 @@ def plan_jobs(cfg: RunConfig) -> Iterator[tuple[str, str, list[Job]]]:
                 continue
             if cfg.strategy == "single_shot" and not isinstance(scenario, SingleShot):
                 raise ConfigError(f"scenario '{name}' has no single-shot baseline")
-            if cfg.strategy in ("reflect", "reflect_react"):
+            if cfg.strategy in REFLECTING:
                 require_reflectable(name, scenario, cfg.strategy.replace("_", "-"))
             query = TaskQuery(label=label, n=cfg.n, task_ids=cfg.task_ids, dataset_path=cfg.dataset_path,
                               options={"hub": True} if cfg.dataset_hub else {})
@@ -109,7 +110,7 @@ def plan_jobs(cfg: RunConfig) -> Iterator[tuple[str, str, list[Job]]]:
 def model_jobs(cfg: RunConfig, spec: ModelSpec, planned: list[Job]) -> list[Job]:
     """`planned` for one model: each job with its trace path and fingerprint; stale temp files removed."""
     run_cfg = run_config(spec, cfg.backend, cfg.mode, cfg.agent, cfg.seed,
-                         asdict(cfg.reflect) if cfg.strategy in ("reflect", "reflect_react") else None)
+                         asdict(cfg.reflect) if cfg.strategy in REFLECTING else None)
     slugs: dict[tuple[str, str], dict[str, str]] = {}
     for j in planned:
         slugs.setdefault((j.scenario, j.task.label), {})[j.task.id] = ""

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..episode import EpisodeState
-from ..tools import put_file
+from ..tools import restore_files
 from ..types import Completion, Conversation, GenParams, Task
 from ..workspace import Workspace
 from .react import AgentConfig, Episode
@@ -74,12 +74,7 @@ class ReflectThenReact(EpisodeState):
     def _handoff(self) -> None:
         """Put the task's files back and start the react phase (its initial test run included)."""
         ended, attempts = self.current.exit_reason, self.current.turn
-        lost = []
-        for rel, text in self.task.files.items():
-            try:
-                put_file(self.ws, rel, text)
-            except Exception as e:  # a path agent code made unusable; the agent phase goes on without it
-                lost.append(f"{rel} ({type(e).__name__}: {e})")
+        lost = restore_files(self.ws, self.task.files)
         self._offset, self._copied = self.turn, 0
         self.current = Episode(self.task, self.ws, self.params, self.agent,
                                temperature_schedule=self.temperature_schedule, sample=self.sample)

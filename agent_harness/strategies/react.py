@@ -26,7 +26,7 @@ from ..protocol import (
     parse_reply,
     render_system_prompt,
 )
-from ..tools import ToolOptions, ToolResult, put_file, run_tool, tools_for
+from ..tools import ToolOptions, ToolResult, restore_files, run_tool, tools_for
 from ..types import Backend, Completion, Conversation, GenParams, RequestMeta, Task, request_seed
 from ..workspace import Workspace
 
@@ -195,12 +195,7 @@ class Episode(EpisodeState):
         """Begin the conversation again from the task message, with the task's files as given: the
         model copies its own stale writes from its context, temperature alone did not stop it."""
         self._since, self._last_call, self._elided = self.turn, None, {}
-        lost = []
-        for rel, text in self.task.files.items():
-            try:
-                put_file(self.ws, rel, text)
-            except Exception as e:  # a path agent code made unusable; the restart goes on without it
-                lost.append(f"{rel} ({type(e).__name__}: {e})")
+        lost = restore_files(self.ws, self.task.files)
         note = f"{stale} stale writes in a row: the conversation begins again from the task, the files as given."
         self._step("restart", note + (f" Not restored: {'; '.join(lost)}." if lost else ""))
         self.messages = self.messages[:self.first_turn]

@@ -16,7 +16,7 @@ from . import builtin as _builtin  # registers the tools
 from .args import ArgumentError, check_args
 from .builtin import GREP_SCRIPT
 from .failures import failure_point, failure_summary, syntax_error
-from .files import MAX_READ_BYTES, file_bytes, put_file
+from .files import MAX_READ_BYTES, file_bytes, put_file, restore_files
 from .output import strip_timings, truncate
 from .registry import TOOLS, Tool, ToolOptions, execute, run_tool, tool, tools_for
 from .result import ToolResult
@@ -24,7 +24,7 @@ from .result import ToolResult
 __all__ = [
     "GREP_SCRIPT", "MAX_READ_BYTES", "TOOLS", "ArgumentError", "Tool", "ToolOptions", "ToolResult", "check_args",
     "execute", "run_tool",
-    "failure_point", "failure_summary", "file_bytes", "put_file", "strip_timings", "syntax_error", "tool", "tools_for",
-    "truncate",
+    "failure_point", "failure_summary", "file_bytes", "put_file", "restore_files", "strip_timings", "syntax_error",
+    "tool", "tools_for", "truncate",
 ]
 del _builtin

@@ -109,6 +109,18 @@ def put_file(ws: Workspace, rel: str, text: str) -> None:
     write(ws, resolve(ws, rel), text.encode("utf-8"))
 
 
+def restore_files(ws: Workspace, files: dict[str, str]) -> list[str]:
+    """Put back every file of a task (`put_file`); returns "path (error)" for each one that could not be
+    (a path agent code made unusable), so the caller goes on without it and says so."""
+    lost = []
+    for rel, text in files.items():
+        try:
+            put_file(ws, rel, text)
+        except Exception as e:
+            lost.append(f"{rel} ({type(e).__name__}: {e})")
+    return lost
+
+
 def listing(ws: Workspace, folder: Path, limit: int) -> tuple[list[str], int]:
     """Workspace-relative entries under `folder` (folders end in /, links show their target)."""
     entries: list[str] = []

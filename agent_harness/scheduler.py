@@ -113,8 +113,7 @@ class ModelRun:
                              sample=job.sample)
             trace = new_trace(self.cfg, self.spec, self.backend.info, job, ep.params, ep.system_prompt, ws.sandbox,
                               ep.demo)
-            if isinstance(ep, Episode | SingleShotEpisode | ReflectEpisode | ReflectThenReact):
-                trace.prompt.task = ep.user_prompt
+            trace.prompt.task = ep.user_prompt
             if isinstance(ep, ReflectEpisode | ReflectThenReact):
                 trace.agent.reflect = asdict(self.cfg.reflect)
             live = Live(job, ep, trace)

@@ -19,7 +19,10 @@ On the 2-core CPU machines this ran agent sweeps 2.5-4.5x faster than the offlin
 The table (printed, and appended to bench/RESULTS.md unless `--no-append`): pass@1 with its 95 % CI
 (Wilson over episodes; pass@k too when a config samples k times), mean turns, mean prompt / computed
 (prompt - cached) / completion tokens per episode, wall time (the run's, model load excluded, from
-`runs.jsonl`), turns and tokens (prompt + completion) per solved task, and the machine and date.
+`runs.jsonl`), turns and tokens (prompt + completion) per solved task, and the machine and date. A
+chained strategy (reflect-react) also gets a row per phase: the episodes that reached the phase, the
+tasks solved in it, and its own turns and tokens; on a greedy backend its first phase is the first
+strategy alone.
 """
 
 from __future__ import annotations
@@ -171,16 +174,18 @@ def _wall(folder: Path, model: str) -> float:
     return total
 
 
-def row_for(name: str, cfg: Config, model: str, args: argparse.Namespace) -> dict[str, Any] | None:
+def rows_for(name: str, cfg: Config, model: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The config's row for `model`, then one per phase when its episodes run in phases (reflect-react)."""
     folder = args.out / name
     if not (folder / model).is_dir():
-        return None
-    runs = load_traces(folder / model).runs
+        return []
+    frames = load_traces(folder / model)
+    runs = frames.runs
     runs = runs[(runs["model"] == model) & runs["completed"].fillna(False).astype(bool)]
     if args.label:
         runs = runs[runs["label"] == args.label]
     if runs.empty:
-        return None
+        return []
     per_task: dict[str, list[bool]] = {}
     for task, passed in zip(runs["task_id"], runs["passed"], strict=True):
         per_task.setdefault(str(task), []).append(bool(passed))
@@ -190,18 +195,45 @@ def row_for(name: str, cfg: Config, model: str, args: argparse.Namespace) -> dic
     at = aggregate_pass_at_k(per_task, sorted({1, k}))
     lo, hi = wilson_interval(passed, episodes) if k == 1 else bootstrap_interval(per_task, 1)
     solved = sum(any(v) for v in per_task.values())
-    prompt = float(runs["prompt_tokens"].fillna(0).sum())
-    cached = float(runs["cached_prompt_tokens"].fillna(0).sum())
-    completion = float(runs["completion_tokens"].fillna(0).sum())
-    turns = float(runs["num_turns"].fillna(0).sum())
-    return {
-        "config": name, "model": model, "tasks": len(per_task), "episodes": episodes,
-        "pass@1": at.get(1, 0.0), "ci": (lo, hi), "pass_k": at.get(k) if k > 1 else None, "k": k,
-        "turns": turns / episodes, "prompt": prompt / episodes, "computed": (prompt - cached) / episodes,
-        "completion": completion / episodes, "wall_s": _wall(folder, model), "solved": solved,
-        "turns_per_solved": turns / solved if solved else None,
-        "tokens_per_solved": (prompt + completion) / solved if solved else None,
-    }
+    row = {"config": name, "model": model, "tasks": len(per_task), "pass@1": at.get(1, 0.0), "ci": (lo, hi),
+           "pass_k": at.get(k) if k > 1 else None, "k": k, "wall_s": _wall(folder, model), "solved": solved,
+           **_cost(float(runs["num_turns"].fillna(0).sum()), runs["prompt_tokens"], runs["cached_prompt_tokens"],
+                   runs["completion_tokens"], episodes, solved)}
+    steps = frames.steps[frames.steps["run_id"].isin(set(runs["run_id"]))]
+    return [row, *_phase_rows(name, model, runs, steps)]
+
+
+def _cost(turns: float, prompt: Any, cached: Any, completion: Any, episodes: int, solved: int) -> dict[str, Any]:
+    """Per-episode means and per-solved totals of turns and tokens (pandas Series of token counts)."""
+    p, c, o = (float(x.fillna(0).sum()) for x in (prompt, cached, completion))
+    return {"turns": turns / episodes, "prompt": p / episodes, "computed": (p - c) / episodes,
+            "completion": o / episodes, "turns_per_solved": turns / solved if solved else None,
+            "tokens_per_solved": (p + o) / solved if solved else None}
+
+
+def _phase_rows(name: str, model: str, runs: Any, steps: Any) -> list[dict[str, Any]]:
+    """One row per phase of a chained strategy: the episodes that reached it, those it solved (the
+    episode passed and its last step is in that phase), and its own turns and tokens (each model call is
+    one step with token counts). On a greedy backend the first phase's row is what the first strategy
+    scores alone; the later ones say what each added on what the phases before it left."""
+    steps = steps[steps["phase"].notna()]
+    if steps.empty:
+        return []
+    last = steps.sort_values("i").groupby("run_id")["phase"].last()
+    won = set(runs.loc[runs["passed"].fillna(False).astype(bool), "run_id"])
+    out = []
+    for phase in steps.sort_values("i")["phase"].unique():
+        mine = steps[steps["phase"] == phase]
+        ids = set(mine["run_id"])
+        solved = sum(1 for r in ids if r in won and last.get(r) == phase)
+        calls = mine[mine["prompt_tokens"].notna()]
+        lo, hi = wilson_interval(solved, len(ids))
+        out.append({"config": f"{name} · {phase} phase", "model": model,
+                    "tasks": len(set(mine["task_id"])), "pass@1": solved / len(ids), "ci": (lo, hi),
+                    "pass_k": None, "k": 1, "wall_s": None, "solved": solved,
+                    **_cost(float(len(calls)), calls["prompt_tokens"], calls["cached_tokens"],
+                            calls["completion_tokens"], len(ids), solved)})
+    return out
 
 
 def _num(v: float | None, fmt: str = "{:,.0f}") -> str:
@@ -218,7 +250,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         lines.append(
             f"| {r['config']} | {r['model']} | {r['tasks']} | {r['pass@1']:.3f} [{lo:.2f}, {hi:.2f}] | {pk} "
             f"| {r['turns']:.2f} | {_num(r['prompt'])} | {_num(r['computed'])} | {_num(r['completion'])} "
-            f"| {r['wall_s']:.0f} | {r['solved']} | {_num(r['turns_per_solved'], '{:.1f}')} "
+            f"| {_num(r['wall_s'])} | {r['solved']} | {_num(r['turns_per_solved'], '{:.1f}')} "
             f"| {_num(r['tokens_per_solved'])} |")
     return "\n".join(lines)
 
@@ -279,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
                 status, note = run_config(name, CONFIGS[name], model, args, registry)
                 if note:
                     notes.append(f"{name} × {model}: {note}")
-    rows = [r for name in names for model in models if (r := row_for(name, CONFIGS[name], model, args))]
+    rows = [r for name in names for model in models for r in rows_for(name, CONFIGS[name], model, args)]
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     text = (f"## Strategies: {', '.join(models)}, first {args.n} HumanEvalFix tasks ({now})\n\n"
             f"Machine: {machine()}; Python {platform.python_version()}; git {git_rev()}. "

@@ -40,6 +40,21 @@ def test_strategy_table_only_and_resume(tmp_path: Path) -> None:
     assert results.read_text().count("## Strategies") == 1
 
 
+def test_a_chained_strategy_gets_a_row_per_phase(tmp_path: Path) -> None:
+    """reflect-react: besides its own row, one per phase: the episodes that reached it and those it solved."""
+    r = bench("--models", "oracle,null", "--n", "2", "--out", str(tmp_path / "out"), "--only", "reflect-react",
+              "--no-append")
+    assert r.returncode == 0, r.stderr
+    rows = {tuple(c.strip() for c in line.split("|")[1:4]): line for line in r.stdout.splitlines()
+            if line.startswith("| ") and not line.startswith("| config")}
+    assert set(rows) == {("reflect-react", "oracle", "2"), ("reflect-react · reflect phase", "oracle", "2"),
+                         ("reflect-react", "null", "2"), ("reflect-react · reflect phase", "null", "2"),
+                         ("reflect-react · react phase", "null", "2")}  # the oracle never reaches react
+    assert "| 1.000 [" in rows["reflect-react · reflect phase", "oracle", "2"]
+    assert "| 0.000 [" in rows["reflect-react · react phase", "null", "2"]
+    assert rows["reflect-react · react phase", "null", "2"].split("|")[10].strip() == "–"  # no wall time of its own
+
+
 def test_unknown_config_and_missing_flag(tmp_path: Path) -> None:
     r = bench("--models", "oracle", "--n", "1", "--only", "nope", "--out", str(tmp_path))
     assert r.returncode == 2 and r.stderr.strip().startswith("error: unknown config 'nope'")

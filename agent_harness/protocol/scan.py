@@ -18,6 +18,7 @@ KEYWORDS: tuple[tuple[str, Literal["thought", "call", "final"]], ...] = (
     ("TOOL CALL", "call"), ("TOOLCALL", "call"), ("FINAL_ANSWER", "final"), ("FINAL ANSWER", "final"),
     ("FINAL", "final"),
 )
+BY_INITIAL = {c: tuple(k for k in KEYWORDS if k[0][0] == c) for c in {word[0] for word, _ in KEYWORDS}}
 XML_CALL = "<tool_call>"
 CALL_NAMES = ("tool", "name", "function")
 
@@ -68,7 +69,7 @@ def line_marker(text: str, start: int, end: int) -> Marker | None:
     pre = len(rest) < len(body)
     if pre:
         rest = rest.lstrip(SPACE)
-    for word, kind in KEYWORDS:
+    for word, kind in BY_INITIAL.get(rest[:1].upper(), ()):  # most lines start with no keyword's letter
         if rest[: len(word)].upper() != word:
             continue
         tail = rest[len(word):].lstrip(SPACE).lstrip("*_`").lstrip(SPACE)

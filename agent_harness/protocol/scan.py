@@ -48,12 +48,9 @@ def skip_space(text: str, i: int) -> int:
 
 def lines(text: str) -> Iterator[tuple[int, int]]:
     """(start, end) of every line of `text`, the newline excluded."""
-    start, n = 0, len(text)
-    while True:
-        end = text.find("\n", start)
-        if end < 0:
-            yield start, n
-            return
+    start = 0
+    for line in text.split("\n"):
+        end = start + len(line)
         yield start, end
         start = end + 1
 
@@ -62,6 +59,8 @@ def line_marker(text: str, start: int, end: int) -> Marker | None:
     """The marker that opens the line text[start:end], if there is one."""
     line = text[start:end]
     body = line.lstrip(SPACE)
+    if not body:
+        return None
     if body[: len(XML_CALL)].lower() == XML_CALL:
         tail = body[len(XML_CALL):].lstrip(SPACE)
         return Marker("call", start, end - len(tail))
@@ -172,5 +171,16 @@ def name_hint(prefix: str) -> str | None:
 
 
 def strip_fences(s: str) -> str:
-    return "\n".join("" if is_fence_line(s[a:b]) else s[a:b] for a, b in lines(s)).strip()
+    """`s` with every fence line emptied, stripped. Only lines holding ``` are looked at (most replies'
+    lines are not, and a visit per line costs more than a find per fence)."""
+    parts, pos, j = [], 0, s.find("```")
+    while j >= 0:
+        a, b = s.rfind("\n", 0, j) + 1, s.find("\n", j)
+        b = len(s) if b < 0 else b
+        if is_fence_line(s[a:b]):
+            parts.append(s[pos:a])
+            pos = b
+        j = s.find("```", b)
+    parts.append(s[pos:])
+    return "".join(parts).strip()
 

@@ -69,7 +69,10 @@ class OpenAIEndpoint(_Strict):
     model: str = Field(description="Model name the server expects.")
     api_key_env: str | list[str | None] | None = Field(
         None, description="Env var holding the API key (never the key); a list: one per base_url.")
-    timeout_s: float = Field(120.0, gt=0)
+    timeout_s: float = Field(120.0, gt=0, description="Seconds of silence from the server before a request is "
+                             "retried (the whole reply's time when stream is false).")
+    stream: bool = Field(True, description="Stream replies (SSE): a slow but alive server is never timed out; "
+                         "false for servers without streaming.")
     max_retries: int = Field(5, ge=0, description="Retries of one request on one endpoint.")
     concurrency: int = Field(16, ge=1, description="Parallel requests per endpoint.")
 

@@ -42,6 +42,20 @@ def echo_reply(body: dict[str, Any]) -> Reply:
     }
 
 
+def sse_events(reply: dict[str, Any], delay: float = 0.0) -> list[tuple[float, str]]:
+    """A chat completion as vLLM streams it: a role chunk, the text in two pieces, the finish, usage, [DONE]."""
+    choice = reply["choices"][0]
+    text, half = choice["message"]["content"], len(choice["message"]["content"]) // 2
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
+        return json.dumps({"object": "chat.completion.chunk",
+                           "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+
+    return [(delay, chunk({"role": "assistant", "content": ""})), (delay, chunk({"content": text[:half]})),
+            (delay, chunk({"content": text[half:]})), (delay, chunk({}, choice["finish_reason"])),
+            (0.0, json.dumps({"choices": [], "usage": reply.get("usage")})), (0.0, "[DONE]")]
+
+
 class FakeServer:
     """ThreadingHTTPServer on an ephemeral port; `script` decides each reply (default: echo)."""
 
@@ -60,6 +74,9 @@ class FakeServer:
                     server.requests.append({"path": self.path, "headers": dict(self.headers), "body": body,
                                             "t": time.monotonic()})
                 status, headers, payload = server.script(n, body)
+                if status == 200 and body.get("stream") and isinstance(payload, dict | list):
+                    self.stream(payload if isinstance(payload, list) else sse_events(payload))
+                    return
                 data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
                 try:
                     self.send_response(status)
@@ -71,6 +88,21 @@ class FakeServer:
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client timed out and went away (test_timeout_is_retried)
+
+            def stream(self, events: list[tuple[float, str]]) -> None:
+                """(delay, SSE data) events, each after its delay; the connection closes after the last."""
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Connection", "close")
+                    self.end_headers()
+                    for delay, data in events:
+                        time.sleep(delay)
+                        self.wfile.write(f"data: {data}\n\n".encode())
+                        self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+                self.close_connection = True
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -265,3 +297,49 @@ def test_cli_run_goes_on_when_one_episode_outgrows_the_context(tmp_path: Path, s
     exits = {json.loads(p.read_text())["task_id"]: json.loads(p.read_text())["outcome"]["exit_reason"]
              for p in out.rglob("run_*.json")}
     assert exits == {"Python/0": "max_steps", "Python/1": "context"}
+
+
+def test_a_slow_streamed_reply_is_not_timed_out(tmp_path: Path, server: FakeServer) -> None:
+    """Streaming: timeout_s bounds the silence between chunks. A reply that takes 4x the timeout in all,
+    a chunk at a time, comes back whole from one request (without streaming it was sent again from
+    scratch each time and, with its retries spent, stopped the run: a 1.5B benchmark, 768-token replies)."""
+    server.script = lambda n, body: (200, {}, sse_events(echo_reply(body)[2], delay=0.2))
+    backend = load_backend(registry_spec(tmp_path, server.base_url, timeout_s=0.3))
+    [c] = backend.generate([conv("hi there")], GenParams(max_tokens=5))
+    assert (c.text, c.prompt_tokens, c.completion_tokens, c.cached_tokens) == ("echo: hi there", 12, 3, 8)
+    assert c.latency_s >= 0.8 and len(server.requests) == 1
+    assert server.requests[0]["body"]["stream"] is True
+    assert server.requests[0]["body"]["stream_options"] == {"include_usage": True}
+
+
+def test_stream_false_sends_plain_requests_and_times_out_the_whole_reply(tmp_path: Path,
+                                                                         server: FakeServer) -> None:
+    def slow_once(n: int, body: dict[str, Any]) -> Reply:
+        if n == 0:
+            time.sleep(0.6)
+        return echo_reply(body)
+
+    server.script = slow_once
+    backend = load_backend(registry_spec(tmp_path, server.base_url, timeout_s=0.3, stream=False))
+    [c] = backend.generate([conv("hi")], GenParams(max_tokens=5))
+    assert c.text == "echo: hi" and c.cached_tokens == 8 and len(server.requests) == 2
+    assert "stream" not in server.requests[1]["body"]
+
+
+def test_a_cut_stream_is_retried_json_is_read_and_an_error_chunk_fails(tmp_path: Path, server: FakeServer) -> None:
+    def cut_once(n: int, body: dict[str, Any]) -> Reply:
+        events = sse_events(echo_reply(body)[2])
+        return 200, {}, events[:2] if n == 0 else events  # the first ends before its finish and [DONE]
+
+    server.script = cut_once
+    backend = load_backend(registry_spec(tmp_path, server.base_url))
+    [c] = backend.generate([conv("hi")], GenParams(max_tokens=5))
+    assert c.text == "echo: hi" and len(server.requests) == 2
+
+    server.script = lambda n, body: (200, {}, json.dumps(echo_reply(body)[2]))  # JSON although asked to stream
+    [c] = backend.generate([conv("plain")], GenParams(max_tokens=5))
+    assert (c.text, c.cached_tokens) == ("echo: plain", 8)
+
+    server.script = lambda n, body: (200, {}, [(0.0, json.dumps({"error": {"message": "engine died"}}))])
+    with pytest.raises(BackendUnavailable, match="error mid-stream: engine died"):
+        backend.generate([conv("hi")], GenParams(max_tokens=5))

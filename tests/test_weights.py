@@ -90,6 +90,21 @@ def test_join_verifies_and_caches(site: Path, cache: Path) -> None:
     assert weights.ensure_gguf(spec) == out and out.stat().st_mtime_ns == mtime  # verified, not rebuilt
 
 
+def test_prepare_refuses_a_disk_too_small_before_writing(site: Path, cache: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    parts, joined = random_parts([[300_000], [200_000]])
+    spec = spec_for(make_packages(site, parts), joined)
+    need = weights.disk_needed(spec)
+    assert need > len(joined) * 3  # the join plus a folder several times the GGUF
+    assert weights.disk_needed(spec, "float32") > need
+    real = weights.shutil.disk_usage
+    monkeypatch.setattr(weights.shutil, "disk_usage",
+                        lambda p: real(p)._replace(free=need - 1))  # type: ignore[attr-defined]
+    with pytest.raises(BackendUnavailable, match=r"not enough disk to prepare fake: about .* GB free"):
+        weights.ensure_model_dir(spec)
+    assert not (cache / "gguf").exists() and not any((cache / "hf").iterdir())  # nothing written
+
+
 def test_chunks_are_joined_in_natural_order(site: Path, cache: Path) -> None:
     blobs = {f"part{i}.bin": bytes([i]) * (10 + i) for i in (1, 2, 10, 11)}
     names = make_packages(site, [blobs])

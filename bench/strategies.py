@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """The strategy table: single-shot, reflect and the react agent, side by side, per model.
 
-    .venv/bin/python bench/strategies.py --models qwen2.5-coder-0.5b,qwen2.5-coder-1.5b-offline --n 164
+    .venv/bin/python bench/strategies.py --models qwen2.5-coder-0.5b,qwen2.5-coder-1.5b-offline --n 164 --serve
     .venv/bin/python bench/strategies.py --models qwen2.5-coder-0.5b --n 164 --only reflect --resume
+
+With no `--only`, the table's configs run (TABLE: single-shot, reflect, react with full and condensed
+history, reflect-react, and single-shot pass@5 at T=0.8 as the ceiling of verified resampling); the
+ablations of single helpers run when named, or all of them with `--only all`.
 
 Each configuration (CONFIGS below: a name, the CLI flags it adds, optionally a sampling temperature)
 runs through the normal CLI, `run_agents.py --no-embed --resume`, one model at a time, into its own
@@ -70,6 +74,7 @@ CONFIGS: dict[str, Config] = {
     "single-shot-pass5-T0.8": Config(("--agent", "single-shot"), temperature=0.8, samples=5),
     "reflect-react": Config(("--agent", "reflect-react", "--history", "full")),
 }
+TABLE = ("single-shot", "reflect", "react-full", "react-condensed", "reflect-react", "single-shot-pass5-T0.8")
 
 
 def machine() -> str:
@@ -259,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default="qwen2.5-coder-0.5b", help="comma-separated registry names")
     p.add_argument("--n", type=int, default=164, help="first N HumanEvalFix tasks")
-    p.add_argument("--only", default=None, help=f"comma-separated configs (default: all of {', '.join(CONFIGS)})")
+    p.add_argument("--only", default=None,
+                   help=f"comma-separated configs, or 'all' (default: {', '.join(TABLE)}; --list shows every one)")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "strategies", help="one folder per config")
     p.add_argument("--resume", action="store_true",
                    help="skip config × model pairs already done and continue the others (else a folder "
@@ -279,10 +285,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         for name, cfg in CONFIGS.items():
             extra = (f"  (T={cfg.temperature}" if cfg.temperature is not None else "  (") + f", samples {cfg.samples})"
-            print(f"{name:24s} {shlex.join(cfg.args)}{extra}")
+            print(f"{name:24s} {shlex.join(cfg.args)}{extra}{'' if name in TABLE else '  [ablation]'}")
         return 0
     models = [m.strip() for m in args.models.split(",") if m.strip()]
-    names = [n.strip() for n in args.only.split(",")] if args.only else list(CONFIGS)
+    names = list(CONFIGS) if args.only == "all" else \
+        [n.strip() for n in args.only.split(",")] if args.only else list(TABLE)
     unknown = [n for n in names if n not in CONFIGS]
     if unknown or not models or args.n <= 0:
         why = f"unknown config '{unknown[0]}'; valid: {', '.join(CONFIGS)}" if unknown else \

@@ -40,6 +40,17 @@ def test_strategy_table_only_and_resume(tmp_path: Path) -> None:
     assert results.read_text().count("## Strategies") == 1
 
 
+def test_the_default_runs_the_tables_configs_and_no_ablation(tmp_path: Path) -> None:
+    r = bench("--models", "oracle", "--n", "1", "--out", str(tmp_path / "out"), "--no-append")
+    assert r.returncode == 0, r.stderr
+    configs = {line.split("|")[1].strip() for line in r.stdout.splitlines()
+               if line.startswith("| ") and not line.startswith("| config")}
+    assert configs == {"single-shot", "reflect", "react-full", "react-condensed", "single-shot-pass5-T0.8",
+                       "reflect-react", "reflect-react · reflect phase"}  # the oracle never reaches react
+    assert sorted(d.name for d in (tmp_path / "out").iterdir() if d.is_dir()) == sorted(
+        ["single-shot", "reflect", "react-full", "react-condensed", "single-shot-pass5-T0.8", "reflect-react"])
+
+
 def test_a_chained_strategy_gets_a_row_per_phase(tmp_path: Path) -> None:
     """reflect-react: besides its own row, one per phase: the episodes that reached it and those it solved."""
     r = bench("--models", "oracle,null", "--n", "2", "--out", str(tmp_path / "out"), "--only", "reflect-react",

@@ -8,7 +8,7 @@ ARGS ?=
 setup:
 	@bash scripts/setup.sh
 
-COMPARE := $(PY) run_agents.py --models qwen2.5-coder-0.5b,qwen2.5-coder-1.5b-offline --n 20 --no-embed --out traces/compare
+COMPARE := $(PY) run_agents.py --models qwen2.5-coder-0.5b,qwen2.5-coder-1.5b-offline --agent reflect-react --n 20 --no-embed --out traces/compare
 
 run: setup
 	$(PY) run_agents.py --n 20 $(ARGS)

@@ -36,3 +36,20 @@ def error_text(e: BaseException, hide: tuple[str, ...] = ()) -> str:
     """`Type: message` of an exception (see `error_message`)."""
     msg = error_message(e, hide)
     return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
+
+
+# What a terminal acts on rather than shows: C0 controls, DEL, C1 controls (ESC and CSI start escape
+# sequences), lone surrogates (not encodable), the bidirectional overrides and the line/paragraph
+# separators (they reorder or break what the reader sees).
+_UNPRINTABLE = [*range(0x00, 0x20), *range(0x7F, 0xA0), *range(0xD800, 0xE000), 0x2028, 0x2029,
+                *range(0x200E, 0x2010), *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+_ESCAPES = {c: (f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}") for c in _UNPRINTABLE} | {
+    0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}
+_MULTILINE = {c: e for c, e in _ESCAPES.items() if c not in (0x09, 0x0A)}
+
+
+def printable(s: str, multiline: bool = False) -> str:
+    """`s` safe to print on a terminal: every control character (C0, DEL, C1, ESC included), lone
+    surrogate, bidi override and line separator written as a visible escape such as `\\x1b`.
+    Newlines and tabs are escaped too, unless `multiline` (where a multi-line print is intended)."""
+    return s.translate(_MULTILINE if multiline else _ESCAPES)

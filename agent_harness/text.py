@@ -54,13 +54,3 @@ def printable(s: str, multiline: bool = False) -> str:
     Newlines and tabs are escaped too, unless `multiline` (where a multi-line print is intended)."""
     return s.translate(_MULTILINE if multiline else _ESCAPES)
 
-
-# C0 controls (ESC among them), DEL and C1 controls: a terminal acts on them, so text from outside
-# (a model, a server, a file name) is shown with them escaped.
-_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
-
-
-def printable(s: str) -> str:
-    """`s` safe to print on one terminal line: control characters (C0, DEL, C1, ESC, newlines) become
-    `\\xNN` escapes and lone surrogates U+FFFD."""
-    return safe_text(s).translate(_CONTROLS)

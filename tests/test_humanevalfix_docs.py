@@ -51,8 +51,10 @@ def test_docs_reference_passes_and_buggy_fails(docs: list[Task], index: int) -> 
     t = docs[index]
     md = t.metadata
     fixed = next(c["args"]["content"] for c in t.oracle if c["tool"] == "write_file")
-    assert run_hidden_test(fixed, md["module"], md["entry_point"], md["hidden_test"]).passed
-    assert not run_hidden_test(t.files[md["module"]], md["module"], md["entry_point"], md["hidden_test"]).passed
+    h = md["helpers"]  # the reference's helpers (Python/38's encode_cyclic) for the hidden test
+    assert run_hidden_test(fixed, md["module"], md["entry_point"], md["hidden_test"], helpers=h).passed
+    assert not run_hidden_test(t.files[md["module"]], md["module"], md["entry_point"], md["hidden_test"],
+                               helpers=h).passed
 
 
 def test_docs_body_only_answer_keeps_the_docstring(docs: list[Task]) -> None:

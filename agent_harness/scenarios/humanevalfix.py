@@ -19,7 +19,9 @@ jsonl shards, or `save_to_disk` output), or the Hugging Face Hub with ``options[
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import json
 import re
 import tempfile
 from dataclasses import dataclass, replace
@@ -46,7 +48,10 @@ HUB_DATASET = ("bigcode/humanevalpack", "python")
 REQUIRED_FIELDS = ("task_id", "declaration", "buggy_solution", "canonical_solution", "entry_point", "test")
 HIDDEN_TIMEOUT_S = 10.0  # bigcode-evaluation-harness uses 10 s for Python
 MAX_OUTPUT_CHARS = 4000
-HIDDEN_RUNNER = "_hidden_check.py"
+# Names no module can take: an entry point is an identifier, so its module never starts with a dot.
+HIDDEN_RUNNER = ".hidden_check.py"
+HIDDEN_SPEC = ".hidden_spec.json"
+CHECKER_SOURCE = Path(__file__).with_name("hidden_check.py")
 DOCS_LABEL = "docs"  # HumanEvalFixDocs: signature + docstring instead of the declaration
 SINGLE_SHOT_SYSTEM = (
     "You are an expert Python programmer. Reply with the complete fixed function in one "
@@ -217,21 +222,29 @@ def visible_test(module: str, entry_point: str, test: str) -> str:
     )
 
 
-def hidden_program(module: str, entry_point: str, test: str) -> str:
-    """The scorer's program: the module's names, then the dataset test, then a report on the
-    harness's private pipe (fd number in argv[1]) once `check` has returned. Nothing printed counts,
-    and a module that exits early with code 0 never reports."""
-    mod = module.removesuffix(".py")
-    return (
-        "import os as _os, sys as _sys\n"
-        "_verdict_fd = int(_sys.argv[1])\n"
-        "_os.set_inheritable(_verdict_fd, False)\n"
-        f"import {mod} as _solution\n"
-        "globals().update({k: v for k, v in vars(_solution).items() if not k.startswith('__')})\n"
-        f"from {mod} import {entry_point}\n\n"
-        f"{test.strip()}\n\n"
-        "_os.write(_verdict_fd, b'passed')\n"
-    )
+def reference_helpers(reference: str, entry_point: str) -> str:
+    """The reference module's top-level code other than the entry point's `def`: the imports and
+    helpers (`poly`, `encode_cyclic`, ...) the hidden test may use. It comes from the dataset, so
+    what the model's module defines never reaches the test. Empty when the reference does not parse."""
+    try:
+        tree = ast.parse(reference)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return ""
+    lines = reference.splitlines()
+    keep = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == entry_point:
+            continue
+        start = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+        keep.append("\n".join(lines[start - 1: node.end_lineno]))
+    return "\n\n".join(keep) + "\n" if keep else ""
+
+
+def hidden_spec(module: str, entry_point: str, test: str, helpers: str = "") -> str:
+    """What the checker (hidden_check.py) runs: the dataset's test, with `helpers` (the reference's
+    imports and helper functions) and a proxy of `entry_point` from `module` as its only names."""
+    return json.dumps({"module": module.removesuffix(".py"), "entry_point": entry_point, "helpers": helpers,
+                       "test": test.strip() + "\n"})
 
 
 def statement(task_id: str, entry_point: str, module: str, docs: bool = False) -> str:
@@ -280,6 +293,7 @@ def build_task(row: dict[str, Any], index: int, scenario: str = "humanevalfix", 
             "declaration": head,  # what a body-only answer is appended to (with the docstring under docs)
             "docs": docs,
             "hidden_test": row["test"],
+            "helpers": reference_helpers(fixed, ep),
             "timeout_s": timeout_s,
         },
     )
@@ -291,8 +305,9 @@ def build_task(row: dict[str, Any], index: int, scenario: str = "humanevalfix", 
 
 
 def run_hidden_test(source: str | None, module: str, entry_point: str, test: str,
-                    timeout_s: float = HIDDEN_TIMEOUT_S) -> ScoreResult:
-    """Run `test` against `source` (the module text) in a fresh temp dir, in the sandbox."""
+                    timeout_s: float = HIDDEN_TIMEOUT_S, *, helpers: str = "") -> ScoreResult:
+    """Run `test` against `source` (the module text) in a fresh temp dir, in the sandbox: the
+    checker process runs the test, a worker process holds the module (see hidden_check.py)."""
     from ..safefs import remove_tree
     from ..sandbox import Limits, run_sandboxed
 
@@ -302,29 +317,40 @@ def run_hidden_test(source: str | None, module: str, entry_point: str, test: str
     tmp = Path(tempfile.mkdtemp(prefix="hef-score-"))
     try:
         (tmp / module).write_text(source, encoding="utf-8")
-        (tmp / HIDDEN_RUNNER).write_text(hidden_program(module, entry_point, test), encoding="utf-8")
+        (tmp / HIDDEN_RUNNER).write_text(CHECKER_SOURCE.read_text(encoding="utf-8"), encoding="utf-8")
+        (tmp / HIDDEN_SPEC).write_text(hidden_spec(module, entry_point, test, helpers), encoding="utf-8")
         limits = replace(Limits(), cpu_s=max(1, int(timeout_s)), wall_s=timeout_s)
         with verdict.channel() as (fd, got):
-            res = run_sandboxed(["python3", "-B", HIDDEN_RUNNER, str(fd)], tmp, limits=limits, pass_fds=(fd,))
+            res = run_sandboxed(["python3", "-B", "-P", HIDDEN_RUNNER, str(fd), HIDDEN_SPEC], tmp, limits=limits,
+                                pass_fds=(fd,))
     finally:
         remove_tree(tmp)
-    seen = got[0] == b"passed"
-    passed = res.returncode == 0 and not res.timed_out and seen
+    report = verdict.parse_report(got[0]) or {}
+    completed = bool(report)
+    reported_pass = report.get("passed") is True
     output = truncate((res.stdout + ("\n" if res.stdout and res.stderr else "") + res.stderr).strip(), MAX_OUTPUT_CHARS)
     details: dict[str, Any] = {}
+    suspicious = report.get("suspicious")
+    if isinstance(suspicious, str) and suspicious:
+        details["suspicious"] = suspicious[:300]
+        output = truncate(f"SUSPICIOUS {details['suspicious']}\n{output}".strip(), MAX_OUTPUT_CHARS)
+    if isinstance(report.get("failure"), str):
+        details["failure"] = report["failure"][:300]
     if res.timed_out:
         why = res.killed_reason or "timeout"
         output = truncate(f"timed out after {timeout_s:g}s ({why})\n{output}".strip(), MAX_OUTPUT_CHARS)
-    elif res.returncode == 0 and not seen:
+    elif res.returncode == 0 and not completed:
         details["suspicious"] = "the hidden test exited 0 before it reported"
         output = f"the tests did not run to completion (exit 0 before the end)\n{output}".strip()
         output = truncate(output, MAX_OUTPUT_CHARS)
+    passed = res.returncode == 0 and not res.timed_out and reported_pass and "suspicious" not in details
     return ScoreResult(
         passed=passed,
         output=output or ("hidden tests passed" if passed else f"exit code {res.returncode}"),
         details={"module": module, "returncode": res.returncode, "timed_out": res.timed_out,
                  "killed_reason": res.killed_reason, "duration_s": round(res.duration_s, 3),
-                 "completed": seen, "sandbox": res.sandbox, **details},
+                 "completed": completed, "calls": report.get("calls") if type(report.get("calls")) is int else None,
+                 "sandbox": res.sandbox, **details},
     )
 
 
@@ -362,7 +388,8 @@ class HumanEvalFix:
         """Hidden test against the final module only; what the agent claims plays no part."""
         md = task.metadata
         return run_hidden_test(_read_module(ws, md["module"]), md["module"], md["entry_point"],
-                               md["hidden_test"], float(md.get("timeout_s", self.timeout_s)))
+                               md["hidden_test"], float(md.get("timeout_s", self.timeout_s)),
+                               helpers=str(md.get("helpers", "")))
 
     def single_shot_prompt(self, task: Task) -> Conversation:
         """bigcode-evaluation-harness HumanEvalFixTests, `instruct` prompt: the buggy function, its

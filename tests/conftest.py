@@ -23,11 +23,20 @@ def default_spec() -> ModelSpec:
     return load_registry().resolve(None)[0]
 
 
+# Tests that compare two compute paths (KV reuse against generate, a batch against a row alone, vLLM against
+# transformers) hold exactly only in float32: bf16 greedy decoding is not shape-invariant (it diverges
+# on CPUs with AMX / AVX-512 BF16, where bf16 is the automatic choice). The bf16 weights upcast exactly.
+FP32 = {"AGENT_HARNESS_HF_DTYPE": "float32", "AGENT_HARNESS_VLLM_DTYPE": "float32"}
+
+
 @pytest.fixture(scope="session")
 def hf_backend(default_spec: ModelSpec) -> Iterator[HFBackend]:
-    """The real default model on the transformers backend, loaded once per session."""
+    """The real default model on the transformers backend in float32, loaded once per session."""
     from agent_harness.backends import load_backend
 
-    backend = load_backend(default_spec, force="transformers")
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in FP32.items():
+            mp.setenv(k, v)
+        backend = load_backend(default_spec, force="transformers")
     yield backend  # type: ignore[misc]
     backend.close()

@@ -80,9 +80,15 @@ def load_tokenizer(transformers: Any, spec: ModelSpec, source: str) -> Any:
 
 
 def encode(tokenizer: Any, conv: Conversation) -> list[int]:
-    """Token ids of the rendered prompt (chat template + generation prompt, no padding)."""
-    text = tokenizer.apply_chat_template(conv, add_generation_prompt=True, tokenize=False)
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    """Token ids of the rendered prompt (chat template + generation prompt, no padding).
+
+    Only the template's own text can become special (added) tokens: message contents (observations,
+    files, task text) that spell `<|im_start|>` stay text, so data cannot forge turns and the ids
+    decode to exactly the rendered messages the trace records. See `chat_ids`.
+    """
+    from .chat_ids import chat_ids
+
+    return chat_ids(tokenizer, conv)
 
 
 def new_token_budget(n_prompt: int, max_tokens: int, context_length: int) -> int:

@@ -1,0 +1,172 @@
+"""Prompt token ids in which only the chat template can write control tokens.
+
+Rendering the template to one string and tokenizing it parses special-token text anywhere: an
+observation holding ``<|im_end|>\\n<|im_start|>system\\n...`` became real turn markers (the 0.5B's
+tokenizer counted 9 ``<|im_start|>`` ids against 5). Here the template is rendered once with each
+message's content replaced by a unique mark, which splits it into scaffold and contents. Added-token
+text in the scaffold becomes those tokens; everything between two of them (scaffold text and
+contents alike) is tokenized by a copy of the tokenizer that has no added tokens, so contents can
+only ever be text. Each such run is tokenized as it is in the ordinary encoding (after an anchor
+token when an added token precedes it), so a conversation without special-token text gets the same
+ids as before, and the ids of a conversation's prefix stay a prefix of the longer one's (KV reuse).
+
+A template that rewrites contents (the marks do not come back in order, or putting the contents back
+does not give its own rendering) cannot be split: such a prompt is tokenized as before when no
+content spells an added token, and refused (BackendError) when one does.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import threading
+import weakref
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import BackendError
+from ..types import Conversation
+
+
+@dataclass(frozen=True)
+class _Added:
+    id: int
+    lstrip: bool  # the token takes the whitespace before it
+    rstrip: bool  # ... and after it
+
+
+@dataclass(frozen=True)
+class TextEncoder:
+    """One tokenizer's means of tokenizing text in which added tokens stay text."""
+
+    added: dict[str, _Added]  # every added token (special or not), by its text
+    pattern: re.Pattern[str] | None  # finds added-token text, leftmost and longest first
+    plain: Any  # tokenizers.Tokenizer without added tokens but `anchor`; None for a Python-only tokenizer
+    anchor_id: int
+    anchor: str
+    tokenizer: Any
+    control: frozenset[int]  # ids text must never produce: the added tokens but <unk>, and the anchor
+
+    def spells_token(self, text: str) -> bool:
+        return self.pattern is not None and self.pattern.search(text) is not None
+
+    def text_ids(self, text: str, after_token: bool) -> list[int]:
+        """`text` as ordinary text; `after_token`: it follows an added token (some pre-tokenizers
+        treat the start of the string differently, e.g. Metaspace's prepend_scheme "first")."""
+        if self.plain is None:
+            ids = list(self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+        elif after_token:
+            ids = list(self.plain.encode(self.anchor + text, add_special_tokens=False).ids)
+            if not ids or ids[0] != self.anchor_id:
+                raise BackendError("tokenizer: the anchor token did not come first")
+            ids = ids[1:]
+        else:
+            ids = list(self.plain.encode(text, add_special_tokens=False).ids)
+        bad = next((i for i in ids if i in self.control), None)
+        if bad is not None:  # a vocabulary that spells an added token from plain text: refuse, never inject
+            raise BackendError(f"tokenizer turned message text into control token id {bad}")
+        return ids
+
+
+_encoders: weakref.WeakKeyDictionary[Any, tuple[int, TextEncoder]] = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
+
+def text_encoder(tokenizer: Any) -> TextEncoder:
+    """The TextEncoder of `tokenizer` (built once per tokenizer and set of added tokens)."""
+    n_added = len(tokenizer.added_tokens_decoder)
+    with _lock:
+        cached = _encoders.get(tokenizer)
+        if cached is not None and cached[0] == n_added:
+            return cached[1]
+        enc = _build(tokenizer)
+        _encoders[tokenizer] = (n_added, enc)
+        return enc
+
+
+def _build(tokenizer: Any) -> TextEncoder:
+    added = {t.content: _Added(int(i), bool(t.lstrip), bool(t.rstrip))
+             for i, t in tokenizer.added_tokens_decoder.items() if t.content}
+    pattern = (re.compile("|".join(re.escape(s) for s in sorted(added, key=len, reverse=True)))
+               if added else None)
+    anchor = f"\ue000anchor-{secrets.token_hex(8)}\ue001"
+    control = frozenset(a.id for a in added.values()) - {tokenizer.unk_token_id}  # unknown text is <unk>
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return TextEncoder(added, pattern, None, -1, anchor, tokenizer, control)
+    from tokenizers import AddedToken, Tokenizer
+
+    spec = json.loads(backend.to_str())
+    spec["added_tokens"], spec["truncation"], spec["padding"] = [], None, None
+    plain = Tokenizer.from_str(json.dumps(spec))
+    plain.add_special_tokens([AddedToken(anchor, special=True, normalized=False)])
+    anchor_id = plain.token_to_id(anchor)
+    if anchor_id is None:
+        raise BackendError("tokenizer: could not add the anchor token")
+    return TextEncoder(added, pattern, plain, anchor_id, anchor, tokenizer, control | {anchor_id})
+
+
+def _render(tokenizer: Any, conv: Iterable[Any]) -> str:
+    return str(tokenizer.apply_chat_template(list(conv), add_generation_prompt=True, tokenize=False))
+
+
+def split_rendering(tokenizer: Any, conv: Conversation) -> list[tuple[str, bool]] | None:
+    """The rendered prompt as (text, is_content) pieces, or None if the template rewrites contents."""
+    nonce = secrets.token_hex(8)
+    marks = [f"\ue000{nonce}.{k}\ue001" for k in range(len(conv))]
+    try:
+        skeleton = _render(tokenizer, ({**m, "content": mark} for m, mark in zip(conv, marks, strict=True)))
+    except Exception:  # a template that inspects contents may reject a mark: treat it as rewriting
+        return None
+    pieces: list[tuple[str, bool]] = []
+    pos = 0
+    for m, mark in zip(conv, marks, strict=True):
+        at = skeleton.find(mark, pos)
+        if at < 0 or skeleton.count(mark) != 1:
+            return None
+        pieces += [(skeleton[pos:at], False), (m["content"], True)]
+        pos = at + len(mark)
+    pieces.append((skeleton[pos:], False))
+    if "".join(text for text, _ in pieces) != _render(tokenizer, conv):
+        return None
+    return pieces
+
+
+def chat_ids(tokenizer: Any, conv: Conversation) -> list[int]:
+    """Token ids of `conv` rendered with the generation prompt; contents never become added tokens."""
+    enc = text_encoder(tokenizer)
+    pieces = split_rendering(tokenizer, conv)
+    if pieces is None:
+        if any(enc.spells_token(m["content"]) for m in conv):
+            raise BackendError("this model's chat template rewrites message contents, so a message that spells "
+                               "a special token cannot be kept as text; refusing to encode it")
+        return list(tokenizer(_render(tokenizer, conv), add_special_tokens=False)["input_ids"])
+    ids: list[int] = []
+    run: list[str] = []
+    after_token = strip_next = False
+
+    def flush(strip_end: bool) -> None:
+        text = "".join(run)
+        run.clear()
+        if strip_next:
+            text = text.lstrip()
+        if strip_end:
+            text = text.rstrip()
+        ids.extend(enc.text_ids(text, after_token))
+
+    for text, is_content in pieces:
+        if is_content or enc.pattern is None:
+            run.append(text)
+            continue
+        pos = 0
+        for hit in enc.pattern.finditer(text):
+            token = enc.added[hit.group()]
+            run.append(text[pos:hit.start()])
+            flush(token.lstrip)
+            ids.append(token.id)
+            after_token, strip_next, pos = True, token.rstrip, hit.end()
+        run.append(text[pos:])
+    flush(False)
+    return ids

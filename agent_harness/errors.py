@@ -30,6 +30,18 @@ class BackendUnavailable(HarnessError):
     """A backend cannot start here (not installed, no GPU, no weights offline)."""
 
 
+class StopRequested(BaseException):
+    """Ctrl-C or SIGTERM: unwinds the run from wherever it is, closing what it started.
+
+    Not a KeyboardInterrupt: libraries catch those and go on (vLLM's engine start does, so a Ctrl-C
+    while the engine loaded was lost); nor an Exception, which the harness's fault handlers take.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
 class AgentFlow(Exception):
     """Base of the exceptions that steer the agent loop; `str(e)` is shown to the model."""
 

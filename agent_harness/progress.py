@@ -2,29 +2,36 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from datetime import UTC, datetime
 from typing import Any
 
+from . import stop
 from .planning import RunConfig
 from .registry import ModelSpec
 from .scheduler import ModelRun
+from .text import printable, terminal_stream
 from .trace import harness_version
 from .trace_model import Trace
 from .types import Backend, StreamingBackend
 
 
 def progress_bar(cfg: RunConfig, total: int, model: str) -> Any:
+    from rich.console import Console
+    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), disable=not cfg.progress)
-    progress.add_task(model, total=total, stats="")
+                        TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), disable=not cfg.progress,
+                        console=Console(file=terminal_stream(sys.stdout)))
+    progress.add_task(escape(printable(model)), total=total, stats="")  # the column reads markup
     return progress
 
 
 class Ticker:
-    """Advances the progress bar as episodes finish: passed so far and output tokens per second."""
+    """Advances the progress bar as episodes finish: passed so far and output tokens per second. Each
+    finished episode is also a checkpoint for a stop request (`stop.check`)."""
 
     def __init__(self, progress: Any) -> None:
         self.progress: Any = progress
@@ -38,6 +45,7 @@ class Ticker:
         rate = (self.run.tokens if self.run else 0) / max(time.monotonic() - self.t0, 1e-9)
         self.progress.update(self.progress.task_ids[0], advance=1,
                              stats=f"pass {self.passed}/{self.n}  {rate:.0f} tok/s")
+        stop.check()
 
 
 def run_stats(spec: ModelSpec, backend: Backend, mr: ModelRun, episodes: int, load_s: float,

@@ -126,6 +126,9 @@ class ModelSpec(_Strict):
         None, description="Per-step temperatures (last one repeats); overrides `temperature`."
     )
     description: str = ""
+    start_delay_s: float = Field(
+        0.0, ge=0.0, exclude=True, description="scripted backend: its start waits this long for a child process "
+        "(stands in for an engine loading, for tests of stop requests); not part of the fingerprint.")
 
     @model_validator(mode="after")
     def _backend_needs(self) -> ModelSpec:

@@ -17,7 +17,9 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from . import stop
 from .backends import load_backend
+from .backends.engine_process import children, reap
 from .planning import (
     STRATEGIES,
     Job,
@@ -31,9 +33,10 @@ from .planning import (
     report_set_aside,
 )
 from .progress import Ticker, progress_bar, run_stats
+from .registry import ModelSpec
 from .run_trace import Live, Unstarted, new_trace
 from .scheduler import ModelRun
-from .types import StreamingBackend
+from .types import Backend, StreamingBackend
 
 __all__ = ["STRATEGIES", "Job", "Live", "ModelRun", "RunConfig", "Unstarted", "model_jobs", "new_trace",
            "pending_jobs", "plan_jobs", "run"]
@@ -47,8 +50,6 @@ def run(cfg: RunConfig) -> dict[str, Any]:
     Each model's pending episodes, across all scenarios and labels, share one tick loop; the model is
     loaded once and freed before the next. `<out>/runs.jsonl` gets one timing line per model.
     """
-    import json
-
     from .embeddings import get_embedder
     from .sandbox import detect_sandbox
     from .settings import get_settings
@@ -57,37 +58,11 @@ def run(cfg: RunConfig) -> dict[str, Any]:
     log.info("sandbox: %s", detect_sandbox())
     embedder = get_embedder(cfg.embed)
     with ThreadPoolExecutor(max_workers=cfg.workers) as pool:
-        planned = [j for _scenario, _label, jobs in plan_jobs(cfg) for j in jobs]
-        work = {spec.name: model_jobs(cfg, spec, planned) for spec in cfg.models}
-        counts: Counter[str] = Counter()
-        todo = {name: pending_jobs(cfg, [j for j in jobs if in_shard(cfg, j)], counts) for name, jobs in work.items()}
-        if cfg.resume:
-            report_resume(counts)
-        report_set_aside(counts)
-        for spec in cfg.models:
-            pending = todo[spec.name]
-            if not pending:
-                log.info("%s: nothing to do (all traces complete)", spec.name)
-                continue
-            t_load = time.perf_counter()
-            backend = load_backend(spec, force=cfg.backend)
-            load_s = time.perf_counter() - t_load
-            if backend.info.fallback_reason:
-                log.warning("%s: using %s (%s)", spec.name, backend.info.used, backend.info.fallback_reason)
-            try:
-                with progress_bar(cfg, len(pending), spec.name) as progress:
-                    ticker = Ticker(progress)
-                    mr = ModelRun(cfg, spec, backend, embedder, pool, ticker)
-                    ticker.run = mr
-                    streaming = cfg.streaming and isinstance(backend, StreamingBackend)
-                    (mr.run_streaming if streaming else mr.run)(pending)
-                    stats = run_stats(spec, backend, mr, len(pending), load_s, time.monotonic() - ticker.t0, cfg)
-                cfg.out.mkdir(parents=True, exist_ok=True)
-                with (cfg.out / "runs.jsonl").open("a", encoding="utf-8") as f:
-                    f.write(json.dumps(stats) + "\n")
-                log.info("%s: %s", spec.name, stats)
-            finally:
-                backend.close()
+        try:
+            work = _run_models(cfg, pool, embedder)
+        except BaseException:  # a stop, or a fault: no queued episode starts; the ones under way finish
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
     from .summary import summarize, write_summary
 
     ours = [j for jobs in work.values() for j in jobs]
@@ -95,3 +70,61 @@ def run(cfg: RunConfig) -> dict[str, Any]:
     summary = summarize(cfg.out, fingerprints={j.fingerprint["hash"] for j in ours})
     write_summary(cfg.out, summary)
     return summary
+
+
+def start_backend(spec: ModelSpec, force: str | None) -> Backend:
+    """`load_backend`, and a start that does not complete (a stop request, a fault) leaves no process behind:
+    engine processes that appeared during it are terminated by their own pids. A stop requested during
+    the start is acted on even if the backend's libraries swallowed it."""
+    before = set(children())
+    backend: Backend | None = None
+    try:
+        backend = load_backend(spec, force=force)
+        stop.check()
+        return backend
+    except BaseException:
+        if backend is not None:
+            backend.close()
+        reap(before)
+        raise
+
+
+def _run_models(cfg: RunConfig, pool: ThreadPoolExecutor, embedder: Any) -> dict[str, list[Job]]:
+    """Every model's pending episodes, one model at a time; returns each model's planned jobs."""
+    import json
+
+    planned = [j for _scenario, _label, jobs in plan_jobs(cfg) for j in jobs]
+    work = {spec.name: model_jobs(cfg, spec, planned) for spec in cfg.models}
+    counts: Counter[str] = Counter()
+    todo = {name: pending_jobs(cfg, [j for j in jobs if in_shard(cfg, j)], counts) for name, jobs in work.items()}
+    if cfg.resume:
+        report_resume(counts)
+    report_set_aside(counts)
+    for spec in cfg.models:
+        stop.check()
+        pending = todo[spec.name]
+        if not pending:
+            log.info("%s: nothing to do (all traces complete)", spec.name)
+            continue
+        backend: Backend | None = None
+        try:
+            t_load = time.perf_counter()
+            backend = start_backend(spec, cfg.backend)
+            load_s = time.perf_counter() - t_load
+            if backend.info.fallback_reason:
+                log.warning("%s: using %s (%s)", spec.name, backend.info.used, backend.info.fallback_reason)
+            with progress_bar(cfg, len(pending), spec.name) as progress:
+                ticker = Ticker(progress)
+                mr = ModelRun(cfg, spec, backend, embedder, pool, ticker)
+                ticker.run = mr
+                streaming = cfg.streaming and isinstance(backend, StreamingBackend)
+                (mr.run_streaming if streaming else mr.run)(pending)
+                stats = run_stats(spec, backend, mr, len(pending), load_s, time.monotonic() - ticker.t0, cfg)
+            cfg.out.mkdir(parents=True, exist_ok=True)
+            with (cfg.out / "runs.jsonl").open("a", encoding="utf-8") as f:
+                f.write(json.dumps(stats) + "\n")
+            log.info("%s: %s", spec.name, stats)
+        finally:
+            if backend is not None:
+                backend.close()
+    return work

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
 # A lone surrogate (e.g. the JSON escape "\ud800") is a valid Python str but not encodable as UTF-8:
 # the OS, the trace writer and the tokenizers would all raise on it.
 _SURROGATES = {c: 0xFFFD for c in range(0xD800, 0xE000)}
@@ -54,3 +59,42 @@ def printable(s: str, multiline: bool = False) -> str:
     Newlines and tabs are escaped too, unless `multiline` (where a multi-line print is intended)."""
     return s.translate(_MULTILINE if multiline else _ESCAPES)
 
+
+
+_STREAM = {c: e for c, e in _MULTILINE.items() if c != 0x0D}  # \r kept: library progress bars redraw with it
+
+
+class PrintableStream:
+    """A text stream (stdout, stderr) that writes everything escaped as `printable(s, multiline=True)` does,
+    carriage returns kept, to `target`: the last line of defence for prints of outside text."""
+
+    def __init__(self, target: Any) -> None:
+        self.target = target
+
+    def write(self, s: str) -> int:
+        self.target.write(s.translate(_STREAM))
+        return len(s)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, flush, encoding, ...
+        return getattr(self.target, name)
+
+
+def terminal_stream(stream: Any) -> Any:
+    """The stream under a `PrintableStream` (for rich, whose own escape codes must pass; its cells are
+    escaped one by one)."""
+    return stream.target if isinstance(stream, PrintableStream) else stream
+
+
+@contextmanager
+def printable_stdio() -> Iterator[None]:
+    """sys.stdout and sys.stderr escape what is printed to them inside the block."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = (s if s is None else PrintableStream(s) for s in saved)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from .. import stop
 from ..errors import BackendError, BackendUnavailable, HarnessError, MissingExtraError
 from ..types import Backend, BackendInfo
 
@@ -50,6 +51,7 @@ def load_backend(spec: ModelSpec, force: str | None = None) -> Backend:
         try:
             backend = _factory(name)(spec)
         except CANNOT_START as e:
+            stop.check()  # a start a stop request cut short: no fallback either
             reason = f"{name}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             nxt = FALLBACKS.get(name)
             if nxt is None:

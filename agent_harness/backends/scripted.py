@@ -17,6 +17,8 @@ assistant messages so far, and the oracle, which needs its task, refuses.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -131,7 +133,22 @@ class ScriptedBackend:
         self._queued.clear()
 
 
+def slow_start(delay_s: float) -> None:
+    """Stand-in for an engine that loads in a child process, as vLLM's does: the child runs `delay_s` s
+    and the start waits for it. Like vLLM's wait for its engine, this one swallows KeyboardInterrupt, and
+    a start cut short leaves the child running: stopping both is the harness's job (tests/test_signals.py)."""
+    child = subprocess.Popen([sys.executable, "-c", "import sys, time; time.sleep(float(sys.argv[1]))", str(delay_s)])
+    while True:
+        try:
+            child.wait()
+            return
+        except KeyboardInterrupt:  # vllm.utils.network_utils.zmq_socket_ctx does this during the engine start
+            continue
+
+
 def create(spec: ModelSpec) -> ScriptedBackend:
+    if spec.start_delay_s:
+        slow_start(spec.start_delay_s)
     script = spec.script or ""
     if script in ("oracle", "null"):
         return ScriptedBackend(script)

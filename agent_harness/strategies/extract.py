@@ -3,30 +3,88 @@
 A completion may hold fenced blocks, bare code after some prose, or only the indented body of the
 function. `fixed_module` turns any of these into the whole module (the declaration above the
 function kept as the task gave it), `fixed_source` does so for reflect (prose is no answer), and
-`signature_problem` says why a module cannot be tested. No regex ever scans model text for fences:
-`_fenced_blocks` is a linear str.find scan.
+`signature_problem` says why a module cannot be tested.
+
+Every function here runs in time linear in the completion (tests/test_protocol_linear.py counts the
+steps): model text meets no regex, only str methods and index loops that touch each character a
+bounded number of times, and `ast.parse` sees a bounded multiple of the text (`_parse_prefix`).
 """
 
 from __future__ import annotations
 
 import ast
-import re
 import textwrap
 
 _LANG_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_+.-")
-_CODE_START = re.compile(r"^(from |import |def |async def |class |@)")
-_TOP_DEF = re.compile(r"^(async\s+)?def\s+\w+\s*\(", re.M)
+_CODE_STARTS = ("from ", "import ", "def ", "async def ", "class ", "@")
 _KEEP = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign,
          ast.AnnAssign)
+# `_parse_prefix` hands ast.parse at most this many times the code's length, plus a fixed allowance
+# (a few hundred lines' worth of exact search on short replies).
+PARSE_BUDGET_FACTOR = 8
+PARSE_BUDGET_CHARS = 1 << 16
 
 
-def _def_re(name: str, top_level: bool = False) -> re.Pattern[str]:
-    indent = "" if top_level else r"[ \t]*"
-    return re.compile(rf"^{indent}(async\s+)?def\s+{re.escape(name)}\s*\(", re.M)
+def _after_space(text: str, i: int) -> int:
+    """The first index at or after `i` that is not whitespace (what a regex's \\s* consumes)."""
+    n = len(text)
+    while i < n and text[i].isspace():
+        i += 1
+    return i
+
+
+def _line_start(text: str, i: int, indented: bool) -> int:
+    """Where the line of text[i] starts if only spaces and tabs (none when not `indented`) come before
+    text[i] on it, else -1."""
+    j = i
+    if indented:
+        while j and text[j - 1] in " \t":
+            j -= 1
+    return j if j == 0 or text[j - 1] == "\n" else -1
+
+
+def _def_start(text: str, d: int, name: str | None, indented: bool) -> int:
+    """Where the `def` line whose "def" is at text[d] starts (at its `async`, if any), or -1: the line
+    is `[ \\t]*` (if `indented`), an optional `async`, then `def <name> (` with whitespace between,
+    any identifier for `name` None (the regexes `^[ \\t]*(async\\s+)?def\\s+<name>\\s*\\(` under re.M)."""
+    n, i = len(text), d + 3
+    if i >= n or not text[i].isspace():
+        return -1
+    i = _after_space(text, i)
+    if name is None:
+        j = i
+        while j < n and (text[j].isalnum() or text[j] == "_"):
+            j += 1
+        if j == i:
+            return -1
+    elif text.startswith(name, i):
+        j = i + len(name)
+    else:
+        return -1
+    if not text.startswith("(", _after_space(text, j)):
+        return -1
+    w = d  # an `async` before it starts the line earlier (even one on the line above)
+    while w and text[w - 1].isspace():
+        w -= 1
+    start = _line_start(text, w - 5, indented) if w < d and text.endswith("async", 0, w) else -1
+    return start if start >= 0 else _line_start(text, d, indented)
+
+
+def _def_at(text: str, name: str | None, top_level: bool = False) -> int:
+    """Where the first line defining `name` (any function when None) starts, or -1. Only the places
+    where "def" occurs are looked at; each run of whitespace or word characters read from there
+    borders that "def", so every character is read a bounded number of times."""
+    d = text.find("def")
+    while d >= 0:
+        start = _def_start(text, d, name, not top_level)
+        if start >= 0:
+            return start
+        d = text.find("def", d + 1)
+    return -1
 
 
 def _defines(code: str, name: str, top_level: bool = False) -> bool:
-    return _def_re(name, top_level).search(code) is not None
+    return _def_at(code, name, top_level) >= 0
 
 
 def _fenced_blocks(text: str) -> list[tuple[str, str]]:
@@ -66,7 +124,7 @@ def extract_code(completion: str, entry_point: str | None = None) -> str:
     if lines and lines[0][:1] in (" ", "\t"):
         return completion  # a continuation: an indented body
     for i, line in enumerate(lines):
-        if _CODE_START.match(line):
+        if line.startswith(_CODE_STARTS):
             return "\n".join(lines[i:]) + "\n"
     return completion
 
@@ -75,17 +133,34 @@ def has_code(completion: str) -> bool:
     """A fenced block, a line that starts code (def, import, ...) or an indented body: not prose only."""
     lines = completion.splitlines()
     return bool(_fenced_blocks(completion) or (lines and lines[0][:1] in (" ", "\t") and completion.strip())
-                or any(_CODE_START.match(line) for line in lines))
+                or any(line.startswith(_CODE_STARTS) for line in lines))
 
 
 def _parse_prefix(code: str) -> ast.Module | None:
-    """Parse the longest prefix of `code` (whole lines) that is valid Python; prose may follow."""
+    """Parse the longest prefix of `code` (whole lines) that is valid Python; prose may follow.
+
+    Trying every prefix, longest first, was quadratic (an 8,000-line reply inside an unclosed
+    bracket took 40 s). A prefix whose SyntaxError is at line L < its last line is followed by the
+    prefix that ends at line L: one ending between the two holds the same tokens up to L, which
+    CPython's parser rejects there (an unclosed bracket or string is reported where it opens, and
+    stays open). The search stops, returning None as when nothing parses, once ast.parse has been
+    handed PARSE_BUDGET_FACTOR times the code's length plus PARSE_BUDGET_CHARS: only a long run of
+    lines that each end the code unfinished (decorators, backslash continuations) gets there.
+    """
     lines = code.splitlines()
-    for end in range(len(lines), 0, -1):
+    end, budget = len(lines), PARSE_BUDGET_FACTOR * len(code) + PARSE_BUDGET_CHARS
+    while end > 0:
+        text = "\n".join(lines[:end])
+        budget -= len(text)
+        if budget < 0:
+            return None
         try:
-            return ast.parse("\n".join(lines[:end]))
-        except SyntaxError:
-            continue
+            return ast.parse(text)
+        except SyntaxError as e:
+            at = e.lineno
+        except (ValueError, RecursionError, MemoryError):  # nesting too deep for the parser
+            at = None
+        end = min(end - 1, at) if at is not None and at > 0 else end - 1
     return None
 
 
@@ -106,8 +181,8 @@ def _top_level_code(code: str, tree: ast.Module, prefix: str) -> str:
 
 def _declaration_prefix(declaration: str, entry_point: str) -> str:
     """The declaration above `def <entry_point>`: imports and helper functions."""
-    m = _def_re(entry_point, top_level=True).search(declaration)
-    return declaration[: m.start()] if m else ""
+    at = _def_at(declaration, entry_point, top_level=True)
+    return declaration[:at] if at >= 0 else ""
 
 
 def fixed_module(completion: str, entry_point: str, declaration: str) -> str | None:
@@ -182,6 +257,6 @@ def fixed_source(completion: str, entry_point: str, declaration: str) -> str | N
     if not has_code(completion):
         return None
     code = extract_code(completion, entry_point).expandtabs(4)
-    if _TOP_DEF.search(code) and not _defines(code, entry_point, top_level=True):
+    if _def_at(code, None, top_level=True) >= 0 and not _defines(code, entry_point, top_level=True):
         return code
     return fixed_module(completion, entry_point, declaration)

@@ -13,6 +13,9 @@ closes /proc/<pid>/fd and ptrace to a process of the same uid.
 
 A value of any other type fails the check and is reported as *suspicious*, as is a worker that
 exits 0 before it answers or writes a reply the checker cannot read.
+
+``... this.py probe VERDICT_FD SPEC`` runs the test the old way (module imported in-process, its
+names `spec["names"]` laid over the test's) for a module that failed; see hidden_score.py.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import os
 import subprocess
 import sys
 import traceback
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -35,8 +39,8 @@ MAX_REASON = 300
 
 _ITERATOR_SAMPLES: tuple[Any, ...] = (
     (i for i in range(0)), map(int, ()), filter(None, ()), zip(), enumerate(()), reversed([]), reversed(range(0)),
-    iter([]), iter(()), iter(range(0)), iter(range(1 << 70)), iter(""), iter("\u00e9"), iter(b""), iter(set()), iter({}),
-    iter({}.values()), iter({}.items()),
+    iter([]), iter(()), iter(range(0)), iter(range(1 << 70)), iter(""), iter("\u00e9"), iter(b""), iter(set()),
+    iter({}), iter({}.values()), iter({}.items()),
 )
 _ITERATORS = frozenset(map(type, _ITERATOR_SAMPLES))
 MALFORMED = "the code under test wrote a malformed reply on the checker's channel"
@@ -202,21 +206,26 @@ def _exception_name(e: BaseException) -> str:
     return name if getattr(builtins, name, None) is type(e) else "Exception"
 
 
-def serve(module: str, entry_point: str, req_fd: int, rep_fd: int) -> int:
-    """Import `module`, then answer ["call", args, kwargs] lines until the checker closes the pipe."""
+def load(module: str) -> types.ModuleType:
+    """Import `module` from the working folder (by path: its name may be that of a loaded module)."""
     import importlib.util
 
+    sys.path.insert(0, os.getcwd())
+    spec = importlib.util.spec_from_file_location(module, os.path.join(os.getcwd(), module + ".py"))
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[module] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def serve(module: str, entry_point: str, req_fd: int, rep_fd: int) -> int:
+    """Import `module`, then answer ["call", args, kwargs] lines until the checker closes the pipe."""
     os.set_inheritable(req_fd, False)
     os.set_inheritable(rep_fd, False)
     reader = Reader(req_fd)
-    sys.path.insert(0, os.getcwd())
     try:
-        spec = importlib.util.spec_from_file_location(module, os.path.join(os.getcwd(), module + ".py"))
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[module] = mod
-        spec.loader.exec_module(mod)
-        fn = getattr(mod, entry_point)
+        fn = getattr(load(module), entry_point)
         if not callable(fn):
             raise TypeError(f"{entry_point} is not a function")
     except Exception as e:
@@ -388,9 +397,45 @@ def check(verdict_fd: int, spec_path: str) -> int:
     return 0 if passed else 1
 
 
+def probe(verdict_fd: int, spec_path: str) -> int:
+    """The test run the old way, for a module that failed `check`: the module imported here, its
+    top-level `names` (those bound to something else than the test's own) laid over the helpers,
+    the entry point called directly. When the test passes with them and fails without, reports the
+    names it cannot do without. It never decides a pass; it only shows that those names bend the test."""
+    os.set_inheritable(verdict_fd, False)
+    with open(spec_path, encoding="utf-8") as f:
+        spec = json.load(f)
+    mod = load(spec["module"])
+    helpers, test = _compile(spec["helpers"], "<reference helpers>"), _compile(spec["test"], "<hidden test>")
+
+    def passes(names: list[str]) -> bool:
+        namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
+        exec(helpers, namespace)
+        namespace.update({k: getattr(mod, k) for k in names})
+        namespace[spec["entry_point"]] = getattr(mod, spec["entry_point"])
+        try:
+            exec(test, namespace)
+        except Exception:
+            return False
+        return True
+
+    reference: dict[str, Any] = {"__builtins__": builtins}
+    exec(helpers, reference)
+    missing = object()
+    laid = [k for k in spec["names"] if hasattr(mod, k)
+            and reference.get(k, getattr(builtins, k, missing)) is not getattr(mod, k)]
+    if not laid or passes([]) or not passes(laid):
+        return 1
+    needed = [k for k in laid if not passes([m for m in laid if m != k])]
+    send(verdict_fd, {"passed": True, "names": needed or laid})
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["serve"]:
         return serve(argv[1], argv[2], int(argv[3]), int(argv[4]))
+    if argv[:1] == ["probe"]:
+        return probe(int(argv[1]), argv[2])
     return check(int(argv[0]), argv[1])
 
 

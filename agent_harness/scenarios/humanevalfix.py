@@ -4,7 +4,9 @@ Each task's workspace holds the buggy module `<entry_point>.py` (``declaration +
 and a visible test file `test_<entry_point>.py` that imports the function and runs the dataset's
 `check` (the HumanEvalFixTests setting of bigcode-evaluation-harness: no docstring, the tests
 are the specification). Scoring copies only the final module into a fresh directory and runs
-the full hidden test against it in the sandbox, so edits to the visible tests change nothing.
+the full hidden test against it in the sandbox, so edits to the visible tests change nothing. The
+test runs in a process of its own with only the entry point and the reference code's helpers as
+names; the module runs in another and only plain data comes back (hidden_check.py).
 
 The ``docs`` label is bigcode's HumanEvalFixDocs setting: the module starts from the dataset's
 `prompt` (signature and docstring) instead of the bare `declaration`, and the single-shot prompt is
@@ -19,12 +21,9 @@ jsonl shards, or `save_to_disk` output), or the Hugging Face Hub with ``options[
 
 from __future__ import annotations
 
-import ast
 import hashlib
-import json
 import re
-import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,9 +32,11 @@ from ..errors import ConfigError
 from ..jsonl import read_jsonl
 from ..registry import PROJECT_ROOT
 from ..strategies import extract
-from ..tools.output import truncate
 from ..types import Conversation, ScoreResult, Task
-from . import verdict
+from .hidden_score import HIDDEN_TIMEOUT_S, reference_helpers, run_hidden_test
+
+__all__ = ["DATA_FILE", "DATA_SHA256", "SCENARIO", "HumanEvalFix", "build_task", "load_rows", "reference_helpers",
+           "run_hidden_test", "select_rows"]
 
 if TYPE_CHECKING:
     from ..workspace import Workspace
@@ -46,12 +47,6 @@ DATA_FILE = DATA_DIR / "python.jsonl"
 DATA_SHA256 = "8c10bb7ecb532e15932da3509a9ab3c490966060e47e3fc8302be3d3062b5650"
 HUB_DATASET = ("bigcode/humanevalpack", "python")
 REQUIRED_FIELDS = ("task_id", "declaration", "buggy_solution", "canonical_solution", "entry_point", "test")
-HIDDEN_TIMEOUT_S = 10.0  # bigcode-evaluation-harness uses 10 s for Python
-MAX_OUTPUT_CHARS = 4000
-# Names no module can take: an entry point is an identifier, so its module never starts with a dot.
-HIDDEN_RUNNER = ".hidden_check.py"
-HIDDEN_SPEC = ".hidden_spec.json"
-CHECKER_SOURCE = Path(__file__).with_name("hidden_check.py")
 DOCS_LABEL = "docs"  # HumanEvalFixDocs: signature + docstring instead of the declaration
 SINGLE_SHOT_SYSTEM = (
     "You are an expert Python programmer. Reply with the complete fixed function in one "
@@ -222,31 +217,6 @@ def visible_test(module: str, entry_point: str, test: str) -> str:
     )
 
 
-def reference_helpers(reference: str, entry_point: str) -> str:
-    """The reference module's top-level code other than the entry point's `def`: the imports and
-    helpers (`poly`, `encode_cyclic`, ...) the hidden test may use. It comes from the dataset, so
-    what the model's module defines never reaches the test. Empty when the reference does not parse."""
-    try:
-        tree = ast.parse(reference)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return ""
-    lines = reference.splitlines()
-    keep = []
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == entry_point:
-            continue
-        start = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
-        keep.append("\n".join(lines[start - 1: node.end_lineno]))
-    return "\n\n".join(keep) + "\n" if keep else ""
-
-
-def hidden_spec(module: str, entry_point: str, test: str, helpers: str = "") -> str:
-    """What the checker (hidden_check.py) runs: the dataset's test, with `helpers` (the reference's
-    imports and helper functions) and a proxy of `entry_point` from `module` as its only names."""
-    return json.dumps({"module": module.removesuffix(".py"), "entry_point": entry_point, "helpers": helpers,
-                       "test": test.strip() + "\n"})
-
-
 def statement(task_id: str, entry_point: str, module: str, docs: bool = False) -> str:
     spec = (f"Its docstring says what it should do, and the tests in `test_{module}` show the expected behaviour."
             if docs else f"The tests in `test_{module}` show the expected behaviour.")
@@ -302,56 +272,6 @@ def build_task(row: dict[str, Any], index: int, scenario: str = "humanevalfix", 
 # ---------------------------------------------------------------------------------------
 # Scoring
 # ---------------------------------------------------------------------------------------
-
-
-def run_hidden_test(source: str | None, module: str, entry_point: str, test: str,
-                    timeout_s: float = HIDDEN_TIMEOUT_S, *, helpers: str = "") -> ScoreResult:
-    """Run `test` against `source` (the module text) in a fresh temp dir, in the sandbox: the
-    checker process runs the test, a worker process holds the module (see hidden_check.py)."""
-    from ..safefs import remove_tree
-    from ..sandbox import Limits, run_sandboxed
-
-    if source is None:
-        return ScoreResult(passed=False, output=f"{module} is missing or not a regular file",
-                           details={"module": module, "reason": "missing"})
-    tmp = Path(tempfile.mkdtemp(prefix="hef-score-"))
-    try:
-        (tmp / module).write_text(source, encoding="utf-8")
-        (tmp / HIDDEN_RUNNER).write_text(CHECKER_SOURCE.read_text(encoding="utf-8"), encoding="utf-8")
-        (tmp / HIDDEN_SPEC).write_text(hidden_spec(module, entry_point, test, helpers), encoding="utf-8")
-        limits = replace(Limits(), cpu_s=max(1, int(timeout_s)), wall_s=timeout_s)
-        with verdict.channel() as (fd, got):
-            res = run_sandboxed(["python3", "-B", "-P", HIDDEN_RUNNER, str(fd), HIDDEN_SPEC], tmp, limits=limits,
-                                pass_fds=(fd,))
-    finally:
-        remove_tree(tmp)
-    report = verdict.parse_report(got[0]) or {}
-    completed = bool(report)
-    reported_pass = report.get("passed") is True
-    output = truncate((res.stdout + ("\n" if res.stdout and res.stderr else "") + res.stderr).strip(), MAX_OUTPUT_CHARS)
-    details: dict[str, Any] = {}
-    suspicious = report.get("suspicious")
-    if isinstance(suspicious, str) and suspicious:
-        details["suspicious"] = suspicious[:300]
-        output = truncate(f"SUSPICIOUS {details['suspicious']}\n{output}".strip(), MAX_OUTPUT_CHARS)
-    if isinstance(report.get("failure"), str):
-        details["failure"] = report["failure"][:300]
-    if res.timed_out:
-        why = res.killed_reason or "timeout"
-        output = truncate(f"timed out after {timeout_s:g}s ({why})\n{output}".strip(), MAX_OUTPUT_CHARS)
-    elif res.returncode == 0 and not completed:
-        details["suspicious"] = "the hidden test exited 0 before it reported"
-        output = f"the tests did not run to completion (exit 0 before the end)\n{output}".strip()
-        output = truncate(output, MAX_OUTPUT_CHARS)
-    passed = res.returncode == 0 and not res.timed_out and reported_pass and "suspicious" not in details
-    return ScoreResult(
-        passed=passed,
-        output=output or ("hidden tests passed" if passed else f"exit code {res.returncode}"),
-        details={"module": module, "returncode": res.returncode, "timed_out": res.timed_out,
-                 "killed_reason": res.killed_reason, "duration_s": round(res.duration_s, 3),
-                 "completed": completed, "calls": report.get("calls") if type(report.get("calls")) is int else None,
-                 "sandbox": res.sandbox, **details},
-    )
 
 
 def _read_module(ws: Workspace, module: str) -> str | None:

@@ -166,7 +166,8 @@ class CheckState:
     def _check_tests_pass(self, c: TestsPass) -> tuple[bool, str]:
         """Run the tests on a fresh copy of the workspace with the hidden files added: nothing the
         agent's code does while the tests run can reach the workspace or make the harness write
-        anywhere else. A unittest command reports on a private pipe how many tests ran."""
+        anywhere else. A unittest command reports on a private pipe what ran, and passes only when
+        every test ran and passed (skips, expected failures and a run of no tests fail)."""
         cmd = c.cmd or self.task.test_cmd
         assert cmd is not None
         checked = verdict.unittest_args(cmd) is not None
@@ -184,16 +185,10 @@ class CheckState:
         note = f"$ {shlex.join(cmd)}  ({status})\n{out}"
         if not checked:
             return r.ok, note
-        report = verdict.parse_report(got[0])
-        if r.ok and report is None:
-            self.suspicious.append("the test command exited 0 but the test runner never reported")
-            return False, f"the tests did not run to completion (exit 0 before the runner reported)\n{note}"
-        if report is not None and r.ok and not report.get("ok"):
-            self.suspicious.append("the test command exited 0 although its tests failed")
-            return False, note
-        if report is not None and report.get("ok") and not report.get("tests_run"):
-            return False, f"no tests ran\n{note}"
-        return r.ok and report is not None and bool(report.get("ok")), note
+        passed, why, suspicious = verdict.unittest_verdict(verdict.parse_report(got[0]), r.ok)
+        if suspicious:
+            self.suspicious.append(suspicious)
+        return passed, note if passed else f"{why}\n{note}"
 
     def _check_files_unchanged(self, c: FilesUnchanged) -> tuple[bool, str]:
         hit = sorted(r for r in self.changes if _match(r, c.paths))

@@ -1,0 +1,152 @@
+"""Scoring a HumanEvalFix-shaped task: the dataset's hidden test against the final module, in the sandbox.
+
+The test runs in a checker process that never imports the module; a worker process holds the module
+and answers each call with plain data (hidden_check.py). The checker's names are the entry point and
+the helpers the task's reference code defines, nothing from the module. A module that binds, at its
+top level, a name the test uses (`abs`, `range`, a helper) cannot change what the test means; when
+such a module fails, a probe runs the test the old way, with those names laid over the test's, and
+if it passes there the episode is flagged *suspicious* (the names would have forged the pass).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ..tools.output import truncate
+from ..types import ScoreResult
+from . import verdict
+
+HIDDEN_TIMEOUT_S = 10.0  # bigcode-evaluation-harness uses 10 s for Python
+MAX_OUTPUT_CHARS = 4000
+MAX_REASON = 300
+# Names no module can take: an entry point is an identifier, so its module never starts with a dot.
+HIDDEN_RUNNER = ".hidden_check.py"
+HIDDEN_SPEC = ".hidden_spec.json"
+CHECKER_SOURCE = Path(__file__).with_name("hidden_check.py")
+
+
+def _parse(source: str) -> ast.Module | None:
+    try:
+        return ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def reference_helpers(reference: str, entry_point: str) -> str:
+    """The reference module's top-level code other than the entry point's `def`: the imports and
+    helpers (`poly`, `encode_cyclic`, ...) the hidden test may use. It comes from the dataset, so
+    what the model's module defines never reaches the test. Empty when the reference does not parse."""
+    tree = _parse(reference)
+    if tree is None:
+        return ""
+    lines = reference.splitlines()
+    keep = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == entry_point:
+            continue
+        start = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+        keep.append("\n".join(lines[start - 1: node.end_lineno]))
+    return "\n\n".join(keep) + "\n" if keep else ""
+
+
+def shadowing_names(source: str, test: str, entry_point: str) -> list[str]:
+    """Names the module binds at its top level that the test also uses (other than the entry point)."""
+    mod, tst = _parse(source), _parse(test)
+    if mod is None or tst is None:
+        return []
+    used = {n.id for n in ast.walk(tst) if isinstance(n, ast.Name)}
+    bound: set[str] = set()
+    for node in mod.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound.add(node.name)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            bound.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+    return sorted((bound & used) - {entry_point})
+
+
+def hidden_spec(module: str, entry_point: str, test: str, helpers: str = "", names: list[str] | None = None) -> str:
+    """What hidden_check.py runs: the dataset's test, with `helpers` and the entry point as its only
+    names (and, for the probe, the module's `names` laid over them)."""
+    return json.dumps({"module": module.removesuffix(".py"), "entry_point": entry_point, "helpers": helpers,
+                       "test": test.strip() + "\n", "names": names or []})
+
+
+def _run(tmp: Path, mode: list[str], timeout_s: float) -> tuple[Any, bytes]:
+    from ..sandbox import Limits, run_sandboxed
+
+    limits = replace(Limits(), cpu_s=max(1, int(timeout_s)), wall_s=timeout_s)
+    with verdict.channel() as (fd, got):
+        res = run_sandboxed(["python3", "-B", "-P", HIDDEN_RUNNER, *mode, str(fd), HIDDEN_SPEC], tmp,
+                            limits=limits, pass_fds=(fd,))
+    return res, got[0]
+
+
+def _probe(tmp: Path, source: str, module: str, entry_point: str, test: str, helpers: str,
+           timeout_s: float) -> str | None:
+    """The suspicious reason when the test passes once the module's shadowing names are laid over its own."""
+    names = shadowing_names(source, test, entry_point)
+    if not names:
+        return None
+    (tmp / HIDDEN_SPEC).write_text(hidden_spec(module, entry_point, test, helpers, names), encoding="utf-8")
+    res, got = _run(tmp, ["probe"], timeout_s)
+    report = verdict.parse_report(got) or {}
+    laid = report.get("names")
+    if report.get("passed") is not True or res.timed_out or type(laid) is not list or not laid:
+        return None
+    shown = ", ".join(f"`{str(n)[:40]}`" for n in laid[:5])
+    return f"the hidden test passes only with the module's own {shown} in its namespace"[:MAX_REASON]
+
+
+def run_hidden_test(source: str | None, module: str, entry_point: str, test: str,
+                    timeout_s: float = HIDDEN_TIMEOUT_S, *, helpers: str = "") -> ScoreResult:
+    """Run `test` against `source` (the module text) in a fresh temp dir, in the sandbox."""
+    from ..safefs import remove_tree
+
+    if source is None:
+        return ScoreResult(passed=False, output=f"{module} is missing or not a regular file",
+                           details={"module": module, "reason": "missing"})
+    tmp = Path(tempfile.mkdtemp(prefix="hef-score-"))
+    try:
+        (tmp / module).write_text(source, encoding="utf-8")
+        (tmp / HIDDEN_RUNNER).write_text(CHECKER_SOURCE.read_text(encoding="utf-8"), encoding="utf-8")
+        (tmp / HIDDEN_SPEC).write_text(hidden_spec(module, entry_point, test, helpers), encoding="utf-8")
+        res, got = _run(tmp, [], timeout_s)
+        report = verdict.parse_report(got) or {}
+        suspicious = report.get("suspicious") if isinstance(report.get("suspicious"), str) else None
+        reported_pass = report.get("passed") is True
+        if report and not reported_pass and not suspicious and not res.timed_out:
+            suspicious = _probe(tmp, source, module, entry_point, test, helpers, timeout_s)
+    finally:
+        remove_tree(tmp)
+    output = truncate((res.stdout + ("\n" if res.stdout and res.stderr else "") + res.stderr).strip(), MAX_OUTPUT_CHARS)
+    details: dict[str, Any] = {}
+    if isinstance(report.get("failure"), str):
+        details["failure"] = report["failure"][:MAX_REASON]
+    if res.timed_out:
+        why = res.killed_reason or "timeout"
+        output = f"timed out after {timeout_s:g}s ({why})\n{output}"
+    elif res.returncode == 0 and not report:
+        suspicious = "the hidden test exited 0 before it reported"
+        output = f"the tests did not run to completion (exit 0 before the end)\n{output}"
+    if suspicious:
+        details["suspicious"] = suspicious[:MAX_REASON]
+        output = f"SUSPICIOUS {details['suspicious']}\n{output}"
+    passed = res.returncode == 0 and not res.timed_out and reported_pass and not suspicious
+    calls = report.get("calls")
+    return ScoreResult(
+        passed=passed,
+        output=truncate(output.strip(), MAX_OUTPUT_CHARS) or ("hidden tests passed" if passed
+                                                              else f"exit code {res.returncode}"),
+        details={"module": module, "returncode": res.returncode, "timed_out": res.timed_out,
+                 "killed_reason": res.killed_reason, "duration_s": round(res.duration_s, 3),
+                 "completed": bool(report), "calls": calls if type(calls) is int else None,
+                 "sandbox": res.sandbox, **details},
+    )

@@ -35,6 +35,6 @@ class EpisodeState:
 
     def _count(self, c: Completion) -> None:
         """Add one reply's token counts to the episode's."""
-        self.prompt_tokens += c.prompt_tokens
-        self.completion_tokens += c.completion_tokens
-        self.cached_tokens += c.cached_tokens
+        self.prompt_tokens += c.prompt_tokens or 0  # an unknown count adds nothing
+        self.completion_tokens += c.completion_tokens or 0
+        self.cached_tokens += c.cached_tokens or 0

@@ -73,6 +73,8 @@ class OpenAIEndpoint(_Strict):
                              "retried (the whole reply's time when stream is false).")
     stream: bool = Field(True, description="Stream replies (SSE): a slow but alive server is never timed out; "
                          "false for servers without streaming.")
+    deadline_s: float = Field(1800.0, gt=0, description="Seconds one request may take in all, its retries and "
+                              "a streamed reply included; past it the episode ends with an error.")
     max_retries: int = Field(5, ge=0, description="Retries of one request on one endpoint.")
     concurrency: int = Field(16, ge=1, description="Parallel requests per endpoint.")
 

@@ -71,9 +71,9 @@ class ModelRun:
         return completions
 
     def _count(self, completions: list[Completion]) -> None:
-        self.tokens += sum(c.completion_tokens for c in completions)
-        self.prompt_tokens += sum(c.prompt_tokens for c in completions)
-        self.cached_tokens += sum(c.cached_tokens for c in completions)
+        self.tokens += sum(c.completion_tokens or 0 for c in completions)  # an unknown count adds nothing
+        self.prompt_tokens += sum(c.prompt_tokens or 0 for c in completions)
+        self.cached_tokens += sum(c.cached_tokens or 0 for c in completions)
 
     def scenario(self, job: Job) -> Scenario:
         if job.scenario_name not in self._scenarios:
@@ -141,10 +141,13 @@ class ModelRun:
                 log.error("%s %s: the trace cannot be written to %s", self.spec.name, live.job.task.id, live.job.path)
 
     def _advance(self, live: Live, completion: Completion) -> Live:
-        try:
-            live.episode.advance(completion)  # type: ignore[union-attr]
-        except Exception as e:
-            self._fault(live, "the agent step", e)
+        if completion.error is not None:  # no usable reply (a bad server reply): this episode ends
+            self._fault(live, "the model's reply", BackendError(completion.error))
+        else:
+            try:
+                live.episode.advance(completion)  # type: ignore[union-attr]
+            except Exception as e:
+                self._fault(live, "the agent step", e)
         self._save(live)
         return live
 

@@ -68,16 +68,18 @@ class Completion:
     """The model's reply to one conversation."""
 
     text: str
-    prompt_tokens: int
-    completion_tokens: int
+    prompt_tokens: int | None  # None: unknown (a server's usage record missing or not sane)
+    completion_tokens: int | None
     finish_reason: FinishReason
     latency_s: float
-    cached_tokens: int = 0  # prompt tokens served from a cache (vLLM prefix cache, transformers KV reuse)
+    cached_tokens: int | None = 0  # prompt tokens served from a cache (vLLM prefix cache, transformers KV reuse)
     endpoint: str | None = None  # the server that answered (openai backend with several base URLs)
+    error: str | None = None  # no usable reply (a server's bad reply, one line): the episode ends with it
 
     def token_counts(self) -> dict[str, int]:
-        """The trace step's ``tokens`` record."""
-        return {"prompt": self.prompt_tokens, "completion": self.completion_tokens, "cached": self.cached_tokens}
+        """The trace step's ``tokens`` record; an unknown count is left out."""
+        counts = {"prompt": self.prompt_tokens, "completion": self.completion_tokens, "cached": self.cached_tokens}
+        return {k: v for k, v in counts.items() if v is not None}
 
 
 @dataclass

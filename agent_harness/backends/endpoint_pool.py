@@ -90,6 +90,12 @@ class EndpointPool:
             delay = min(self.max_backoff_s, self.backoff_s * 2 ** (e.downs - 1)) * self._rng.uniform(0.5, 1.5)
             e.down_until = max(e.down_until, now + delay)
 
+    def cancel(self, e: Endpoint) -> None:
+        """Give back an endpoint that was acquired but not used (no attempt, nothing recorded)."""
+        with self._lock:
+            e.in_flight -= 1
+            e.probing = False
+
     def snapshot(self) -> list[dict[str, object]]:
         """Per-endpoint counters (for logs and tests)."""
         with self._lock:

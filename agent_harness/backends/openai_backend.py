@@ -23,6 +23,13 @@ finish_reason "length", which the agent records as exit "context". Other 4xx fai
 server's message. When retries run out, BackendUnavailable names the URL and the last status: a
 dead server stops the run.
 
+A server's reply is hostile input (`openai_reply`): one request has `deadline_s` in all (retries and
+a streamed reply included; keep-alive comments or an endless stream of tokens end there), its reply
+at most a number of bytes and characters derived from `max_tokens`, JSON nested at most
+`MAX_DEPTH` deep, the chat completion's shape checked, and `usage` counts kept only when they are
+ints in range (else None: unknown). A reply that fails any of these is not retried: its Completion
+carries `error` (one line), the runner ends that episode with exit "error", and the run goes on.
+
 Streaming (`submit` / `poll`): the runner sends each episode's next prompt as soon as its tool has
 run, each request on its own daemon thread, at most `concurrency` x endpoints in flight. A tick of
 `generate` waits for its slowest reply, and the next prompts wait with it: on a CPU server the batch
@@ -37,14 +44,13 @@ endpoints (`details.endpoints`) and each reply names the one that answered (`Com
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import random
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -52,6 +58,23 @@ from ..errors import BackendUnavailable, ConfigError, MissingExtraError
 from ..settings import get_settings
 from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams, RequestMeta, row_seeds
 from .endpoint_pool import Endpoint, EndpointPool, Outcome
+from .openai_reply import (
+    ERROR_BODY_BYTES,
+    BadReply,
+    Reply,
+    ReplyCaps,
+    StreamReply,
+    body_reply,
+    capped,
+    decoded,
+    error_message,
+    head,
+    lines,
+    one_line,
+    parse_json,
+    prompt_token_bound,
+    usage_counts,
+)
 from .stops import cut_at_stop, stop_strings
 
 if TYPE_CHECKING:
@@ -76,7 +99,7 @@ PROMPT_TOKENS = re.compile(r"(\d+) input tokens|Input length \((\d+)\)")
 class ContextTooLong(BackendUnavailable):
     """The server refused a prompt longer than its context; `prompt_tokens` when it said how long."""
 
-    def __init__(self, message: str, prompt_tokens: int) -> None:
+    def __init__(self, message: str, prompt_tokens: int | None) -> None:
         super().__init__(message)
         self.prompt_tokens = prompt_tokens
 
@@ -145,61 +168,29 @@ def _retry_after(resp: httpx.Response) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-def _server_message(resp: httpx.Response) -> str:
-    """The server's error message on one line (OpenAI's ``{"error": {"message": ...}}`` or the body)."""
-    try:
-        body = resp.json()
-    except (json.JSONDecodeError, ValueError):
-        body = None
-    msg: Any = None
-    if isinstance(body, dict):
-        err = body.get("error", body)
-        msg = err.get("message") if isinstance(err, dict) else err
-        if msg is None:
-            msg = body.get("detail") or body.get("message")
-    if msg is None:
-        msg = resp.text
-    line = " ".join(str(msg).split())
-    return line[:300] + ("..." if len(line) > 300 else "")
-
-
 class StreamCut(Exception):
     """A streamed reply that ended before its last chunk (the server went away mid-reply): retried."""
 
 
-def _from_stream(lines: Iterator[str], url: str) -> dict[str, Any]:
-    """A streamed chat completion (SSE `data:` chunks, then `[DONE]`) as the reply body the API gives
-    without streaming: one choice with the whole text and its finish_reason, and the usage chunk."""
-    parts: list[str] = []
-    finish: str | None = None
-    usage: dict[str, Any] = {}
-    for line in lines:
-        if not line.startswith("data:"):
-            continue  # SSE comments, event names, blank separators
-        payload = line[5:].strip()
-        if payload == "[DONE]":
+def _read_reply(resp: httpx.Response, caps: ReplyCaps, deadline: float) -> Reply:
+    """A 200 reply, streamed (SSE) or whole JSON, read within `caps` and `deadline`; BadReply if it is not
+    a usable chat completion, StreamCut if a stream ended early."""
+    declared = resp.headers.get("content-length", "").strip()
+    if declared.isascii() and declared.isdigit() and (len(declared) > 15 or int(declared) > caps.bytes):
+        raise BadReply(f"reply of {one_line(declared, 20)} bytes is larger than its cap of {caps.bytes} bytes")
+    chunks = capped(decoded(resp.iter_raw(), resp.headers.get("content-encoding", ""), caps.bytes), caps.bytes,
+                    deadline)
+    if "event-stream" not in resp.headers.get("content-type", ""):
+        return body_reply(parse_json(b"".join(chunks)), caps)
+    stream = StreamReply(caps)
+    for line in lines(chunks):
+        stream.feed(line)
+        if stream.done:
             break
-        try:
-            chunk = json.loads(payload)
-        except (json.JSONDecodeError, ValueError):
-            raise BackendUnavailable(f"{url}: a streamed chunk that is not JSON: {payload[:200]!r}") from None
-        if not isinstance(chunk, dict):
-            raise BackendUnavailable(f"{url}: a streamed chunk that is not an object: {payload[:200]!r}")
-        if chunk.get("error"):
-            err = chunk["error"]
-            msg = err.get("message") if isinstance(err, dict) else err
-            raise BackendUnavailable(f"{url}: error mid-stream: {str(msg)[:300]}")
-        for choice in chunk.get("choices") or []:
-            if isinstance(choice, dict) and choice.get("index", 0) == 0:
-                delta = choice.get("delta") or {}
-                parts.append(str(delta.get("content") or choice.get("text") or ""))
-                finish = choice.get("finish_reason") or finish
-        if isinstance(chunk.get("usage"), dict):
-            usage = chunk["usage"]
     else:
-        if finish is None:
+        if stream.finish is None:
             raise StreamCut("the stream ended before its last chunk")
-    return {"choices": [{"message": {"content": "".join(parts)}, "finish_reason": finish}], "usage": usage}
+    return stream.result()
 
 
 class OpenAIBackend:
@@ -216,7 +207,7 @@ class OpenAIBackend:
         self.endpoint: OpenAIEndpoint = spec.openai
         endpoints = []
         for base_url, key_env in zip(self.endpoint.urls(), self.endpoint.key_envs(), strict=True):
-            headers = {"Content-Type": "application/json"}
+            headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
             if key_env:
                 key = os.environ.get(key_env)
                 if not key:
@@ -243,6 +234,7 @@ class OpenAIBackend:
             details={"base_url": self.endpoint.base_url, "endpoints": [e.base_url for e in endpoints],
                      "model": self.endpoint.model, "concurrency": self.endpoint.concurrency,
                      "max_retries": self.endpoint.max_retries, "timeout_s": self.endpoint.timeout_s,
+                     "deadline_s": self.endpoint.deadline_s, "reply_caps": ReplyCaps.describe(),
                      "httpx": httpx.__version__},
         )
 
@@ -268,9 +260,10 @@ class OpenAIBackend:
             delay = max(delay, min(retry_after, MAX_BACKOFF_S * 5))
         return delay
 
-    def _post(self, body: dict[str, Any]) -> tuple[dict[str, Any], Endpoint]:
-        """POST with retries and failover; (the parsed JSON reply, the endpoint that gave it), or
-        BackendUnavailable / a 4xx error."""
+    def _post(self, body: dict[str, Any], caps: ReplyCaps, deadline: float) -> tuple[Reply, Endpoint]:
+        """POST with retries and failover until `deadline` (monotonic); (the validated reply, the endpoint
+        that gave it), or BadReply (a bad reply, or none before the deadline), BackendUnavailable (retries
+        spent, or a 4xx)."""
         import httpx
 
         client = self.client
@@ -284,84 +277,87 @@ class OpenAIBackend:
         retry_after: float | None = None
         for attempt in range(attempts):
             ep, wait = self.pool.acquire()
+            streak = streak + 1 if ep is prev else 0
+            if streak:
+                wait = max(wait, self._delay(streak - 1, retry_after))
+            if time.monotonic() + wait >= deadline:
+                self.pool.cancel(ep)
+                raise BadReply(f"{last_url}: no reply before the request's deadline ({self.endpoint.deadline_s:g} s) "
+                               f"after {attempt} attempt(s); last: {last}")
             outcome: Outcome = "hard"
             try:
-                streak = streak + 1 if ep is prev else 0
-                if streak:
-                    wait = max(wait, self._delay(streak - 1, retry_after))
                 if attempt:
                     log.warning("%s: %s; retry %d/%d on %s in %.2f s", last_url, last, attempt, attempts - 1,
                                 ep.base_url, wait)
                 if wait > 0:
                     time.sleep(wait)
                 prev, last_url, retry_after = ep, ep.url, None
+                # a silent server is cut at the deadline too, not only after timeout_s
+                timeout = min(self.endpoint.timeout_s, max(0.01, deadline - time.monotonic()))
                 try:
-                    with client.stream("POST", ep.url, json=body, headers=ep.headers) as resp:
-                        if resp.status_code == 200 and "event-stream" in resp.headers.get("content-type", ""):
-                            data = _from_stream(resp.iter_lines(), ep.url)
+                    with client.stream("POST", ep.url, json=body, headers=ep.headers, timeout=timeout) as resp:
+                        status, error_body = resp.status_code, b""
+                        if status == 200:
+                            reply = _read_reply(resp, caps, deadline)
                         else:
-                            data = None
-                            resp.read()
+                            error_body = head(resp.iter_raw(), ERROR_BODY_BYTES, deadline)
+                            retry_after = _retry_after(resp)
                 except httpx.TimeoutException as e:
-                    outcome, last = "soft", f"timeout after {self.endpoint.timeout_s:g} s ({type(e).__name__})"
+                    outcome, last = "soft", f"timeout after {timeout:g} s ({type(e).__name__})"
                     continue
                 except httpx.TransportError as e:
-                    last = f"connection error ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+                    last = f"connection error ({type(e).__name__}: {one_line(str(e), 200)})"
                     continue
                 except StreamCut as e:
                     outcome, last = "soft", str(e)
                     continue
-                if resp.status_code == 200:
-                    if data is None:
-                        try:
-                            data = resp.json()
-                        except (json.JSONDecodeError, ValueError):
-                            raise BackendUnavailable(
-                                f"{ep.url}: HTTP 200 with a body that is not JSON: {resp.text[:200]!r}"
-                            ) from None
-                    if not isinstance(data, dict) or not data.get("choices"):
-                        raise BackendUnavailable(f"{ep.url}: reply has no 'choices': {str(data)[:200]}")
+                except BadReply as e:
+                    outcome = "soft"
+                    raise BadReply(f"{ep.url}: {e}") from None
+                if status == 200:
                     outcome = "ok"
-                    return data, ep
-                msg = _server_message(resp)
-                if resp.status_code not in RETRY_STATUSES:
+                    return reply, ep
+                msg = error_message(error_body)
+                if status not in RETRY_STATUSES:
                     outcome = "ok"  # the server is alive and answered: the request is at fault
-                    if resp.status_code == 400 and CONTEXT_ERROR.search(resp.text[:2000]):
+                    if status == 400 and CONTEXT_ERROR.search(error_body[:2000].decode("utf-8", "replace")):
                         m = PROMPT_TOKENS.search(msg)
-                        raise ContextTooLong(f"{ep.url}: HTTP 400: {msg}", int(next(filter(None, m.groups())))
-                                             if m else 0)
-                    raise BackendUnavailable(f"{ep.url}: HTTP {resp.status_code}: {msg}")
-                outcome, last = "soft", f"HTTP {resp.status_code}: {msg}"
-                retry_after = _retry_after(resp)
+                        said = next(filter(None, m.groups())) if m else ""
+                        raise ContextTooLong(f"{ep.url}: HTTP 400: {msg}", int(said) if len(said) < 12 else None)
+                    raise BackendUnavailable(f"{ep.url}: HTTP {status}: {msg}")
+                outcome, last = "soft", f"HTTP {status}: {msg}"
             finally:
                 self.pool.release(ep, outcome, retry_after)
+        if time.monotonic() >= deadline:  # the last attempt ran into the deadline: as above, the episode ends
+            raise BadReply(f"{last_url}: no reply before the request's deadline ({self.endpoint.deadline_s:g} s) "
+                           f"after {attempts} attempt(s); last: {last}")
         where = f" on {len(self.pool)} endpoints" if len(self.pool) > 1 else ""
         raise BackendUnavailable(f"{last_url}: gave up after {attempts} attempt(s){where}; last: {last}")
 
     def _one(self, conv: Conversation, params: GenParams, stops: tuple[str, ...]) -> Completion:
+        """One request's Completion; a bad reply is a Completion with `error` set (its episode ends there)."""
         t0 = time.perf_counter()
+        caps = ReplyCaps.for_tokens(params.max_tokens)
+        bound = prompt_token_bound(conv)
+        deadline = time.monotonic() + self.endpoint.deadline_s
         try:
-            data, ep = self._post(self._payload(conv, params, stops))
+            reply, ep = self._post(self._payload(conv, params, stops), caps, deadline)
         except ContextTooLong as e:  # this conversation is over, not the run
             log.warning("%s", e)
-            return Completion("", e.prompt_tokens, 0, "length", time.perf_counter() - t0)
+            said = e.prompt_tokens if e.prompt_tokens is not None and e.prompt_tokens <= bound else None
+            return Completion("", said, 0, "length", time.perf_counter() - t0)
+        except BadReply as e:
+            log.warning("%s", e)
+            return Completion("", None, None, "error", time.perf_counter() - t0, cached_tokens=None, error=str(e))
         latency = time.perf_counter() - t0
-        choice = data["choices"][0]
-        message = choice.get("message") or {}
-        text = message.get("content") or choice.get("text") or ""
-        reason = choice.get("finish_reason")
-        finish: FinishReason = "length" if reason == "length" else "stop"
+        text = reply.text
+        finish: FinishReason = "length" if reply.finish_reason == "length" else "stop"
         cut = cut_at_stop(text, stops)
         if cut is not None:
             text, finish = cut, "stop"
-        usage = data.get("usage") or {}
-        details = usage.get("prompt_tokens_details") or {}  # OpenAI's and vLLM's prefix-cache count
-        return Completion(
-            text=text, prompt_tokens=int(usage.get("prompt_tokens") or 0),
-            completion_tokens=int(usage.get("completion_tokens") or 0),
-            finish_reason=finish, latency_s=latency, cached_tokens=int(details.get("cached_tokens") or 0),
-            endpoint=ep.base_url,
-        )
+        prompt, completion, cached = usage_counts(reply.usage, params.max_tokens, bound)
+        return Completion(text=text, prompt_tokens=prompt, completion_tokens=completion, finish_reason=finish,
+                          latency_s=latency, cached_tokens=cached, endpoint=ep.base_url)
 
     # -- the batch -------------------------------------------------------------------------------
     def generate(self, conversations: list[Conversation], params: GenParams,

@@ -7,7 +7,9 @@ Nothing here touches the network: the transport hands over byte chunks (`capped`
   derived from the request's `max_tokens`. A reply over either is refused as a whole (BadReply): a
   server that sends more than it was asked for is not cut into a plausible answer.
 - Time: `capped` checks the request's deadline as each piece arrives, so keep-alive comments or an
-  endless stream of tokens cannot hold a request past it.
+  endless stream of tokens cannot hold a request past it. (The transport sets each attempt's read
+  timeout to what is left of the deadline at most, so a request ends within twice its deadline
+  even against a server that trickles a byte just before each read timeout.)
 - Shape: JSON nested deeper than `MAX_DEPTH` is refused before it is parsed; `choices`, the message
   or delta, `content` (a string or null) and `finish_reason` (a string or null) are checked.
 - Token counts: an int in a sane range, else None (unknown), never a string, a float, a bool,

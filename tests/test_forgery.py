@@ -238,6 +238,13 @@ def test_values_that_are_not_plain_data_are_suspicious(source: str, reason: str)
     assert res.passed is False and reason in res.details["suspicious"], res.output
 
 
+@pytest.mark.parametrize("error", ["ValueError", "TypeError", "IndexError", "RecursionError", "KeyError"])
+def test_an_exception_from_the_function_is_a_plain_failure(error: str) -> None:
+    res = hidden("Python/2", f"def truncate_number(number: float) -> float:\n    raise {error}('x')\n")
+    assert res.passed is False and "suspicious" not in res.details, res.output
+    assert f"{error}: " in res.output and f"truncate_number raised {error}" in res.output
+
+
 def test_checker_is_out_of_reach_of_the_module() -> None:
     """The module (in the worker) can neither open the checker's descriptors through /proc (where
     the report pipe is) nor change the checker's built-ins."""
@@ -251,7 +258,7 @@ def test_checker_is_out_of_reach_of_the_module() -> None:
              "def mean_absolute_deviation(numbers):\n    return 12345.0\n")
     res = hidden("Python/4", probe)
     assert res.passed is False and "AssertionError" in res.output
-    assert "PARENT FDS denied" in res.output, res.output
+    assert "PARENT FDS denied" in res.output and res.details["checker_private"] is True, res.output
     assert "suspicious" not in res.details  # `abs` is not a top-level name here: nothing bent the test
 
 

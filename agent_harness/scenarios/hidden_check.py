@@ -308,7 +308,7 @@ class Worker:
     def start(self) -> None:
         message = self.receive()
         if message[0] == "error":
-            self.failure = str(message[1:2])[:MAX_REASON]
+            self.failure = str(message[1] if len(message) > 1 else "the module could not be imported")[:MAX_REASON]
             raise RuntimeError(self.failure)
         if message != ["ready"]:
             self.suspicious = MALFORMED
@@ -324,9 +324,13 @@ class Worker:
             with contextlib.suppress(OSError):  # the worker is gone: receive says how it ended
                 send(self.req_w, request)
             message = self.receive()
+            if message[0] == "raise" and len(message) == 2 and type(message[1]) is str:
+                cls = getattr(builtins, message[1], None)
+                cls = cls if isinstance(cls, type) and issubclass(cls, Exception) else Exception
+                raise cls(f"{self.entry_point} raised {cls.__name__}")
             try:
                 return self._answer(message)
-            except (ValueError, RecursionError, TypeError):
+            except (ValueError, RecursionError, TypeError):  # from decode: not one of our replies
                 self.suspicious = self.suspicious or MALFORMED
                 raise Forged(self.suspicious) from None
 
@@ -337,10 +341,6 @@ class Worker:
         kind = message[0]
         if kind == "ok" and len(message) == 2:
             return decode(message[1])
-        if kind == "raise" and len(message) == 2 and type(message[1]) is str:
-            cls = getattr(builtins, message[1], None)
-            cls = cls if isinstance(cls, type) and issubclass(cls, Exception) else Exception
-            raise cls(f"{self.entry_point} raised {cls.__name__}")
         if kind == "bad" and len(message) == 3 and type(message[1]) is str:
             reason = f"{self.entry_point} returned {message[1]}"[:MAX_REASON]
             if message[2] is True:

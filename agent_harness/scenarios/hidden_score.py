@@ -130,6 +130,8 @@ def run_hidden_test(source: str | None, module: str, entry_point: str, test: str
     details: dict[str, Any] = {}
     if isinstance(report.get("failure"), str):
         details["failure"] = report["failure"][:MAX_REASON]
+    if isinstance(report.get("private"), bool):  # the checker closed /proc/<pid>/fd and ptrace to the module
+        details["checker_private"] = report["private"]
     if res.timed_out:
         why = res.killed_reason or "timeout"
         output = f"timed out after {timeout_s:g}s ({why})\n{output}"

@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError, HarnessError
-from .trace_model import READABLE_VERSIONS, Outcome, Step, Trace
+from .trace_check import check_trace
+from .trace_io import Unreadable, parse_json, read_json, read_json_lines, report_skipped, skip_line, trace_files
+from .trace_model import Outcome, Step, Trace
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -154,44 +156,45 @@ def schema() -> pa.Schema:
 
 
 def read_episodes(traces: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """(rows, skipped) for every ``run_*.json`` under `traces`; unreadable files are listed, not fatal."""
+    """(rows, skipped) for every ``run_*.json`` under `traces`, read by the safe reader and checked
+    against the trace model (`trace_io`, `trace_check`); refused files are listed, not fatal."""
     rows: list[dict[str, Any]] = []
     skipped: list[str] = []
-    for path in sorted(traces.rglob("run_*.json")):
-        rel = str(path.relative_to(traces))
+    for rel, raw in trace_files(traces):
         try:
-            data = json.loads(path.read_bytes())
-        except (OSError, ValueError) as e:
-            skipped.append(f"{rel}: {type(e).__name__}")
-            continue
-        if not isinstance(data, dict) or data.get("schema_version") not in READABLE_VERSIONS:
-            skipped.append(f"{rel}: not a trace of schema {', '.join(READABLE_VERSIONS)}")
+            if isinstance(raw, Unreadable):
+                raise raw
+            data = check_trace(parse_json(raw))
+        except Unreadable as e:
+            skipped.append(skip_line(rel, e))
             continue
         rows.append(episode_row(data, rel))
     return rows, skipped
 
 
-def _read_json(path: Path) -> Any:
+def _read_json(path: Path, skipped: list[str]) -> Any:
+    if not path.exists() and not path.is_symlink():
+        return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return read_json(path)
+    except Unreadable as e:
+        skipped.append(skip_line(path.name, e))
         return None
 
 
-def _run_records(traces: Path) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+def _run_records(traces: Path, skipped: list[str]) -> list[dict[str, Any]]:
+    path = traces / "runs.jsonl"
+    if not path.exists() and not path.is_symlink():
+        return []
     try:
-        lines = (traces / "runs.jsonl").read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return out
-    for line in lines:
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out
+        lines = read_json_lines(path)
+    except Unreadable as e:
+        skipped.append(skip_line(path.name, e))
+        return []
+    bad = [n for n, rec in lines if not isinstance(rec, dict)]
+    if bad:
+        skipped.append(skip_line(path.name, f"{len(bad)} line(s) not a JSON object (first: line {bad[0]})"))
+    return [rec for _, rec in lines if isinstance(rec, dict)]
 
 
 def _md(value: Any) -> str:
@@ -224,7 +227,7 @@ def dataset_card(rows: list[dict[str, Any]], skipped: list[str], traces: Path, s
         comp = [r["compromised"] for r in rs if r["compromised"] is not None]
         lines.append(f"| {' | '.join(_md(x) for x in key)} | {len(rs)} | {k / len(rs):.3f} | {lo:.2f}–{hi:.2f} | "
                      f"{(f'{sum(comp) / len(comp):.3f}') if comp else '-'} |")
-    summary = _read_json(traces / "summary.json")
+    summary = _read_json(traces / "summary.json", skipped)
     if isinstance(summary, dict):
         lines += ["", "`summary.json` of the run (per model and scenario; pass@1 averaged over tasks):", "",
                   "```json", json.dumps(summary, indent=1, sort_keys=True)[:20_000], "```"]
@@ -239,7 +242,7 @@ def dataset_card(rows: list[dict[str, Any]], skipped: list[str], traces: Path, s
                   f"embeddings: {r['embedding_model'] or 'none'}",
                   f"- generation: `{r['generation']}`", f"- agent: `{r['agent']}`",
                   f"- model details: `{r['model_details']}`", ""]
-    runs = _run_records(traces)
+    runs = _run_records(traces, skipped)
     if runs:
         lines += ["Runs (`runs.jsonl`):", "", "```json", *(json.dumps(x, sort_keys=True) for x in runs[-50:]), "```",
                   ""]
@@ -262,7 +265,8 @@ def export(traces: Path, to: Path, rows_per_shard: int = ROWS_PER_SHARD) -> tupl
         raise ConfigError(f"{to}: exists and is not an empty folder (choose a new --to)")
     rows, skipped = read_episodes(traces)
     if not rows:
-        why = f" ({len(skipped)} skipped, first: {skipped[0]})" if skipped else ""
+        report_skipped(skipped)
+        why = f" ({len(skipped)} skipped)" if skipped else ""
         raise ConfigError(f"{traces}: no readable run_*.json traces{why}")
     rows.sort(key=lambda r: (r["model"] or "", r["scenario"] or "", r["label"] or "", r["task_index"] or 0,
                              r["task_id"] or "", r["sample"]))
@@ -276,6 +280,7 @@ def export(traces: Path, to: Path, rows_per_shard: int = ROWS_PER_SHARD) -> tupl
             part = rows[k * rows_per_shard:(k + 1) * rows_per_shard]
             pq.write_table(pa.Table.from_pylist(part, schema=sch), tmp / DATA_DIR / f"train-{k:05d}-of-{n:05d}.parquet")
         (tmp / "README.md").write_text(dataset_card(rows, skipped, traces, n), encoding="utf-8")
+        report_skipped(skipped, "file(s)")  # the card lists them too
         if to.exists():
             to.rmdir()
         tmp.rename(to)

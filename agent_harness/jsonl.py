@@ -1,12 +1,18 @@
-"""JSON Lines files (one JSON value a line): the HumanEvalFix rows, scripted replies, `runs.jsonl`."""
+"""JSON Lines files (one JSON value a line): the HumanEvalFix rows, scripted replies, `runs.jsonl`.
+
+Read by the safe reader (`trace_io`): a regular file only (a FIFO or a device is refused, never waited
+on), at most `MAX_JSONL_BYTES`, each line within the nesting cap.
+"""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+from .trace_io import Unreadable, read_json_lines, skip_line
+
+MAX_JSONL_BYTES = 1 << 30
 
 
 def read_jsonl(path: Path, what: str = "file", *, skip_bad: bool = False) -> list[tuple[int, Any]]:
@@ -16,18 +22,15 @@ def read_jsonl(path: Path, what: str = "file", *, skip_bad: bool = False) -> lis
     (naming file:line); with `skip_bad` such lines are left out and an unreadable file reads as empty.
     """
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as e:
+        lines = read_json_lines(path, MAX_JSONL_BYTES)
+    except Unreadable as e:
         if skip_bad:
             return []
-        raise ConfigError(f"{path}: cannot read {what}: {e.strerror}") from None
+        raise ConfigError(skip_line(path, f"cannot read {what}: {e}")) from None
     out: list[tuple[int, Any]] = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            out.append((n, json.loads(line)))
-        except ValueError as e:
-            if not skip_bad:
-                raise ConfigError(f"{path}:{n}: invalid JSON: {e}") from None
+    for n, value in lines:
+        if not isinstance(value, Unreadable):
+            out.append((n, value))
+        elif not skip_bad:
+            raise ConfigError(skip_line(f"{path}:{n}", f"invalid JSON: {value}")) from None
     return out

@@ -17,6 +17,7 @@ from .scenarios import SingleShot, TaskQuery, get_scenario
 from .strategies.react import AgentConfig
 from .strategies.reflect import ReflectConfig, require_reflectable
 from .trace import resume_status, set_aside, task_slugs, trace_path
+from .trace_io import trace_paths
 from .types import Task
 
 STRATEGIES = ("react", "reflect", "single_shot", "reflect_react")
@@ -122,7 +123,8 @@ def model_jobs(cfg: RunConfig, spec: ModelSpec, planned: list[Job]) -> list[Job]
             for j in planned]
     for d in {j.path.parent for j in jobs}:  # temp files of a killed run's last write
         for stale in d.glob(".run_*.tmp") if d.is_dir() else ():
-            stale.unlink(missing_ok=True)
+            if stale.is_symlink() or not stale.is_dir():  # a folder so named is not ours to remove
+                stale.unlink(missing_ok=True)
     return jobs
 
 
@@ -160,7 +162,7 @@ def report_set_aside(counts: Counter[str]) -> None:
 def report_foreign(out: Path, ours: list[Job]) -> None:
     """One line when `out` holds traces this run did not plan (other models, tasks, settings or older runs)."""
     mine = {j.path for j in ours}
-    foreign = sum(1 for p in Path(out).rglob("run_*.json") if p not in mine)
+    foreign = sum(1 for rel in trace_paths(out) if Path(out) / rel not in mine)  # never recurses nor follows links
     if foreign:
         print(f"note: {out} also holds {foreign} trace(s) of other configurations; the table and summary.json "
               f"cover this run's {len(mine)} episode(s) only", file=sys.stderr)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 from .trace import load_traces, write_json_atomic
+from .trace_io import read_json, report_skipped
 
 
 def _stats(runs: Any) -> dict[str, Any]:
@@ -39,6 +39,7 @@ def _stats(runs: Any) -> dict[str, Any]:
         "mean_seconds": round(float(runs["elapsed_seconds"].fillna(0).mean()), 2),
         "parse_error_rate": round(float(runs["parse_errors"].sum() / max(runs["num_turns"].fillna(0).sum(), 1)), 4),
         "exit_reasons": {str(k): int(v) for k, v in runs["exit_reason"].value_counts().items()},
+        "suspicious": int(runs["suspicious"].notna().sum()),  # failed for signs of a forged pass
         "backends": sorted({str(b) for b in runs["backend"]}),
     }
     verdicts = scored["compromised"].dropna()
@@ -53,8 +54,10 @@ def summarize(out_dir: Path, fingerprints: Collection[str] | None = None) -> dic
     """`{model: {scenario: {"pass@1", "n_tasks", ..., "by_label": {label: {...}}}}}` over complete traces.
 
     With `fingerprints`, only traces whose configuration fingerprint is one of them (one run's) count.
+    Files the safe reader refuses (see `trace_io`) are left out, each named in one line on stderr.
     """
     frames = load_traces(out_dir)
+    report_skipped(frames.skipped)
     runs = frames.runs[frames.runs["completed"].fillna(False).astype(bool)]
     if fingerprints is not None:
         runs = runs[runs["fingerprint"].isin(set(fingerprints))]
@@ -84,7 +87,8 @@ def print_table(summary: dict[str, Any], console: Any = None) -> None:
     from rich.table import Table
 
     table = Table(title="pass@1 per model × scenario × label")
-    cols = ("model", "scenario", "label", "pass@1", "95% CI", "tasks", "episodes", "unscored", "steps", "compromised")
+    cols = ("model", "scenario", "label", "pass@1", "95% CI", "tasks", "episodes", "unscored", "steps", "compromised",
+            "suspicious")
     for col in cols:
         table.add_column(col, justify="left" if col in ("model", "scenario", "label") else "right")
     for model, scenarios in summary.items():
@@ -94,7 +98,7 @@ def print_table(summary: dict[str, Any], console: Any = None) -> None:
                 p1 = f"{s['pass@1']:.3f}" if s.get("pass@1") is not None else "-"
                 comp = f"{s['compromise_rate']:.2f}" if s.get("compromise_rate") is not None else "-"
                 table.add_row(model, scenario, label, p1, ci, str(s["n_tasks"]), str(s["n_episodes"]),
-                              str(s.get("unscored", 0)), f"{s['mean_steps']:.1f}", comp)
+                              str(s.get("unscored", 0)), f"{s['mean_steps']:.1f}", comp, str(s.get("suspicious", 0)))
     # Not a terminal (CI logs, pipes): rich would squeeze the table into 80 columns.
     console = console or Console(width=max(shutil.get_terminal_size((160, 40)).columns, 120))
     console.print(table)
@@ -105,4 +109,10 @@ def print_table(summary: dict[str, Any], console: Any = None) -> None:
 
 
 def load_summary(out_dir: Path) -> dict[str, Any]:
-    return json.loads((Path(out_dir) / "summary.json").read_text(encoding="utf-8"))
+    """summary.json of `out_dir`, read by the safe reader; Unreadable (a ValueError) when refused."""
+    from .trace_io import Unreadable
+
+    data = read_json(Path(out_dir) / "summary.json")
+    if not isinstance(data, dict):
+        raise Unreadable("summary.json: not an object")
+    return data

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -21,7 +22,18 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from .text import safe_text
+from .trace_check import MAX_EMBEDDING_DIM, check_trace
+from .trace_io import (
+    MAX_DEPTH,
+    MAX_TRACE_BYTES,
+    Unreadable,
+    encode_json,
+    parse_json,
+    read_path,
+    skip_line,
+    too_deep,
+    trace_files,
+)
 from .trace_model import LOADER_REQUIRED, READABLE_VERSIONS, SCHEMA_VERSION, STEP_KEYS, StepType
 from .trace_model import RUN_COLUMNS as RUN_SPEC
 from .trace_model import STEP_COLUMNS as STEP_SPEC
@@ -64,13 +76,9 @@ def trace_path(out: Path, model: str, scenario: str, label: str, slug: str, samp
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON so that a crash at any moment leaves either the old or the new file."""
-    # dumps() uses the C encoder; dump() streams through the pure-Python one (several times slower).
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    try:
-        raw = text.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate from the model (a JSON escape like \ud800)
-        raw = safe_text(text).encode("utf-8")
+    """Write JSON so that a crash at any moment leaves either the old or the new file; what is written
+    is always what the safe reader takes (`trace_io.encode_json`)."""
+    raw = encode_json(data)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -112,17 +120,24 @@ def resume_status(path: Path, fingerprint: str) -> ResumeStatus:
     configuration (or an older schema without a fingerprint); "incomplete": unreadable or unfinished;
     "new": no trace yet.
     """
-    if not path.exists():
+    if not os.path.lexists(path):
         return "new"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        done = bool(data["outcome"]["completed"]) and data.get("schema_version") in READABLE_VERSIONS
-    except (OSError, ValueError, KeyError, TypeError):
-        return "incomplete"
-    if not done:
+    data = read_trace(path, "resume: redoing")
+    if data is None or not data["outcome"].get("completed"):
         return "incomplete"
     stored = data.get("fingerprint")
     return "reuse" if isinstance(stored, dict) and stored.get("hash") == fingerprint else "changed"
+
+
+def read_trace(path: Path, doing: str = "") -> dict[str, Any] | None:
+    """The trace at `path` read by the safe reader and checked (`trace_check`); None when there is none
+    or it is refused, which with `doing` is said in one line on stderr ("<doing> <path>: <why>")."""
+    try:
+        return check_trace(parse_json(read_path(path, MAX_TRACE_BYTES)))
+    except Unreadable as e:
+        if doing and os.path.lexists(path):
+            print(f"{doing} {skip_line(path, e)}", file=sys.stderr)
+        return None
 
 
 def set_aside(path: Path) -> Path | None:
@@ -132,14 +147,11 @@ def set_aside(path: Path) -> Path | None:
     Returns where it went, or None when `path` holds no complete trace (nothing there, unreadable,
     or unfinished: a killed run's partial trace is redone, as `--resume` does).
     """
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if not data["outcome"]["completed"]:
-            return None
-        fingerprint = data.get("fingerprint")
-        tag = str(fingerprint["hash"])[:12] if isinstance(fingerprint, dict) else "unfingerprinted"
-    except (OSError, ValueError, KeyError, TypeError):
+    data = read_trace(path, "replacing")
+    if data is None or not data["outcome"].get("completed"):
         return None
+    fingerprint = data.get("fingerprint")
+    tag = _UNSAFE.sub("-", fingerprint["hash"][:12]) if isinstance(fingerprint, dict) else "unfingerprinted"
     dest = path.with_name(f"{path.name}.superseded-{tag}")
     n = 1
     while dest.exists():
@@ -178,8 +190,9 @@ class TraceFrames:
 
     runs: pd.DataFrame
     steps: pd.DataFrame
-    skipped: list[str] = field(default_factory=list)  # "path: reason" for unreadable files
+    skipped: list[str] = field(default_factory=list)  # "path: reason" for refused files (printable)
     embeddings: np.ndarray = field(default_factory=lambda: _empty_matrix(0))
+    root: str = ""  # the folder loaded; `runs.path` lies under it (read a trace again with `reread`)
 
 
 RUN_COLUMNS = list(RUN_SPEC)  # one row per episode; trace_model.RUN_COLUMNS says what each reads
@@ -207,6 +220,7 @@ _STEP_GET = {name: _getter(c.field, c.default) for name, c in STEP_SPEC.items() 
 # A step's embedding array, cut out of the raw JSON so that its floats are parsed in bulk (pandas'
 # C float parser) rather than as one Python float each: that is most of the load time. The
 # preceding `{` or `,` proves the match is a key (inside a JSON string every quote is escaped).
+# json.loads never sees these bytes: what pandas cannot read as finite float32s is no vector (see flush).
 _EMBEDDING = re.compile(rb'([{,]"embedding":)\[(-?[0-9][-+0-9.eE,]*)\]')
 _FLUSH_BYTES = 32 << 20
 
@@ -218,21 +232,25 @@ def _empty_matrix(dim: int) -> np.ndarray:
 
 
 def _parse(raw: bytes, cut: bool) -> tuple[dict[str, Any], list[bytes]]:
-    """The trace, with each step's embedding replaced by the index of its raw array in the list."""
+    """The trace, checked, with each step's embedding replaced by the index of its raw array in the list."""
     if not cut:
-        return json.loads(raw), []
+        return check_trace(parse_json(raw)), []
     arrays: list[bytes] = []
 
     def take(m: re.Match[bytes]) -> bytes:
         arrays.append(m.group(2))
         return m.group(1) + b"%d" % (len(arrays) - 1)
 
-    data = json.loads(_EMBEDDING.sub(take, raw))
+    cut_raw = _EMBEDDING.sub(take, raw)
+    # The cut takes out leaf arrays only (never inside a string: there every quote is escaped), one level.
+    if too_deep(cut_raw, MAX_DEPTH - 1) and too_deep(raw):
+        raise Unreadable(f"JSON nested deeper than {MAX_DEPTH}")
+    data = parse_json(cut_raw, depth_checked=True)
     steps = data.get("steps") if isinstance(data, dict) else None
-    marks = [s.get("embedding") for s in steps or () if isinstance(s, dict)]
+    marks = [s.get("embedding") for s in steps if isinstance(s, dict)] if isinstance(steps, list) else []
     if [m for m in marks if type(m) is int] != list(range(len(arrays))):
-        return json.loads(raw), []  # a numeric "embedding" list outside a step (in tool args?): parse plainly
-    return data, arrays
+        return check_trace(parse_json(raw)), []  # a numeric "embedding" list outside a step (in tool args?)
+    return check_trace(data, cut=True), arrays
 
 
 def _rows(path: Path, data: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -241,15 +259,33 @@ def _rows(path: Path, data: dict[str, Any]) -> tuple[dict[str, Any], list[dict[s
     if "num_steps" not in data["outcome"]:
         run["num_steps"] = len(steps)
     turns = [s.get("turn") or 0 for s in steps if s.get("type") not in ("initial_tests", "restart")]  # no model turns
-    run.update(path=str(path), turns_used=max(turns, default=-1) + 1,
+    run.update(path=str(path), turns_used=max(turns, default=-1) + 1, suspicious=_reason((data["outcome"].get("score_details") or {}).get("suspicious")),
                parse_errors=sum(s["type"] == "parse_error" for s in steps),
                tool_calls=sum(s["type"] == "tool_call" for s in steps))
     keys = {k: run[k] for k in STEP_KEYS}
     return {name: run[name] for name in RUN_COLUMNS}, [_step_row(keys, s) for s in steps]
 
 
+def _reason(value: Any) -> str | None:
+    """`score_details.suspicious` as text: the scorer writes its reason; any other true value counts too."""
+    if not value:
+        return None
+    return value if isinstance(value, str) else "yes" if value is True else json.dumps(value)[:200]
+
+
 def _step_row(keys: dict[str, Any], s: dict[str, Any]) -> dict[str, Any]:
     return {**keys, **{name: get(s) for name, get in _STEP_GET.items()}, "embedding": s.get("embedding")}
+
+
+def _vector(raw: bytes, length: int) -> np.ndarray:
+    """One cut-out array as float32, or a row of NaN (no vector) when it is not a list of JSON numbers."""
+    import numpy as np
+
+    try:
+        with np.errstate(over="ignore"):
+            return np.asarray(json.loads(b"[" + raw + b"]", parse_constant=float), dtype=np.float32)
+    except ValueError:
+        return np.full(length, np.nan, dtype=np.float32)
 
 
 class _Embeddings:
@@ -270,11 +306,13 @@ class _Embeddings:
         row, self.n = self.n, self.n + 1
         if isinstance(value, bytes):
             length = value.count(b",") + 1
-            self.pending_bytes += len(value)
         elif isinstance(value, list) and value:
             length = len(value)
         else:
             return
+        if length > MAX_EMBEDDING_DIM:  # the matrix is steps × dim: one such vector must not size it
+            return
+        self.pending_bytes += len(value) if isinstance(value, bytes) else 0
         self.pending.setdefault(length, []).append((row, value))
         if self.pending_bytes > _FLUSH_BYTES:
             self.flush()
@@ -290,10 +328,14 @@ class _Embeddings:
             lists = [(r, v) for r, v in items if not isinstance(v, bytes)]
             if raw:
                 csv = io.BytesIO(b"\n".join(v for _, v in raw))
-                vecs = pd.read_csv(csv, header=None, dtype=np.float32, engine="c").to_numpy()
+                try:
+                    vecs = pd.read_csv(csv, header=None, dtype=np.float32, engine="c").to_numpy()
+                except (ValueError, OverflowError):  # a malformed number (such as 1-2) somewhere: one at a time
+                    vecs = np.stack([_vector(v, length) for _, v in raw])
                 self.blocks.setdefault(length, []).append((np.array([r for r, _ in raw]), vecs))
             if lists:
-                vecs = np.asarray([v for _, v in lists], dtype=np.float32)
+                with np.errstate(over="ignore"):  # beyond float32: inf, a row `matrix` drops
+                    vecs = np.asarray([v for _, v in lists], dtype=np.float32)
                 self.blocks.setdefault(length, []).append((np.array([r for r, _ in lists]), vecs))
         self.pending, self.pending_bytes = {}, 0
 
@@ -310,14 +352,18 @@ class _Embeddings:
         for rows, vecs in self.blocks[dim]:
             out[rows] = vecs
             has[rows] = True
-        return out, has
+        bad = has & ~np.isfinite(out).all(axis=1)  # a value beyond float32 (1e39): no usable vector
+        out[bad] = np.nan
+        return out, has & ~bad
 
 
 def load_traces(root: str | os.PathLike[str], validate: bool = False) -> TraceFrames:
-    """Load every ``run_*.json`` under `root` into DataFrames; corrupt files are skipped and listed.
+    """Load every ``run_*.json`` under `root` into DataFrames; refused files are skipped and listed.
 
-    A file is skipped when it does not parse, has an unknown ``schema_version``, lacks a required
-    field, or (with `validate`) breaks the schema. Step embeddings go to ``TraceFrames.embeddings``.
+    Files are read by the safe reader (`trace_io`: regular files only, no symlink followed, size and
+    nesting caps, finite numbers) and checked against the trace model (`trace_check`: types, ranges,
+    required fields, a known ``schema_version``); with `validate` they must also pass the JSON schema.
+    Step embeddings go to ``TraceFrames.embeddings``.
     """
     import pandas as pd
 
@@ -325,18 +371,17 @@ def load_traces(root: str | os.PathLike[str], validate: bool = False) -> TraceFr
     steps: list[dict[str, Any]] = []
     skipped: list[str] = []
     emb = _Embeddings()
-    for path in sorted(Path(root).rglob("run_*.json")):
+    for rel, raw in trace_files(root):
+        path = Path(root) / rel
         try:
-            data, arrays = _parse(path.read_bytes(), cut=not validate)
-            if not isinstance(data, dict):
-                raise ValueError(f"top level is {type(data).__name__}, not an object")
-            if data.get("schema_version") not in READABLE_VERSIONS:
-                raise ValueError(f"schema_version {data.get('schema_version')!r} not in {READABLE_VERSIONS}")
+            if isinstance(raw, Unreadable):
+                raise raw
+            data, arrays = _parse(raw, cut=not validate)
             if validate and (errs := validate_trace(data)):
-                raise ValueError(errs[0])
+                raise Unreadable(errs[0])
             run, step_rows = _rows(path, data)
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            skipped.append(f"{path}: {type(e).__name__}: {e}")
+        except Unreadable as e:
+            skipped.append(skip_line(path, e))
             continue
         runs.append(run)
         for row in step_rows:
@@ -346,4 +391,16 @@ def load_traces(root: str | os.PathLike[str], validate: bool = False) -> TraceFr
     matrix, has = emb.matrix()
     frame = pd.DataFrame(steps, columns=STEP_COLUMNS)
     frame["has_embedding"] = has
-    return TraceFrames(pd.DataFrame(runs, columns=RUN_COLUMNS), frame, skipped, matrix)
+    return TraceFrames(pd.DataFrame(runs, columns=RUN_COLUMNS), frame, skipped, matrix, str(root))
+
+
+def reread(frames: TraceFrames, path: str) -> dict[str, Any] | None:
+    """The trace at `path` (a `runs.path` of `frames`) read again, as safely as `load_traces` read it;
+    None when it is gone or now refused (it may have been swapped for a link since)."""
+    from .trace_io import read_rel
+
+    try:
+        rel = Path(path).relative_to(frames.root).as_posix()
+        return check_trace(parse_json(read_rel(frames.root, rel, MAX_TRACE_BYTES)))
+    except (ValueError, Unreadable):  # ValueError: not under the root
+        return None

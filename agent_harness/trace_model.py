@@ -304,6 +304,7 @@ RUN_COLUMNS: dict[str, Column] = {
     "embedding_model": Column("embeddings.model"), "error": Column("outcome.error"),
     "harness_version": Column("harness_version"), "timestamp": Column("timestamp"),
     "completed": Column("outcome.completed"), "fingerprint": Column("fingerprint.hash"),  # None before 1.3
+    "suspicious": Column(),  # outcome.score_details.suspicious (a free dict's key): the scorer's reason, else None
 }
 STEP_KEYS = ("run_id", "model", "scenario", "label", "task_id", "sample", "passed")  # run columns on every step row
 STEP_COLUMNS: dict[str, Column] = {

@@ -11,13 +11,18 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # no display anywhere these run
+# Names in plots come from trace files: shown as text, never read as math markup ("$\\frac{}$" would
+# raise at draw time) nor handed to TeX.
+matplotlib.rcParams.update({"text.parse_math": False, "text.usetex": False})
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from agent_harness.trace import TraceFrames, load_traces  # noqa: E402
+from agent_harness.trace_io import report_skipped  # noqa: E402
 
-SHOW_SKIPPED = 5
+MAX_LABEL = 80  # characters of a name shown in a plot (tables have it whole)
+MAX_FIGURE_INCHES = 120.0  # at 90 dpi, within matplotlib's 2**16-pixel limit whatever the number of models
 
 
 @dataclass
@@ -54,12 +59,7 @@ def load(traces: Path, completed_only: bool = True) -> TraceFrames:
     if not traces.is_dir():
         sys.exit(f"error: {traces} is not a folder")
     frames = load_traces(traces)
-    if frames.skipped:
-        print(f"skipped {len(frames.skipped)} unreadable trace file(s):", file=sys.stderr)
-        for line in frames.skipped[:SHOW_SKIPPED]:
-            print(f"  {line}", file=sys.stderr)
-        if len(frames.skipped) > SHOW_SKIPPED:
-            print(f"  ... and {len(frames.skipped) - SHOW_SKIPPED} more", file=sys.stderr)
+    report_skipped(frames.skipped)
     if completed_only:
         frames = only_completed(frames)
     if frames.runs.empty:
@@ -75,7 +75,7 @@ def only_completed(frames: TraceFrames) -> TraceFrames:
     print(f"ignoring {int((~done).sum())} incomplete episode(s)", file=sys.stderr)
     keep = frames.steps["run_id"].isin(set(frames.runs.loc[done, "run_id"])).to_numpy()
     return TraceFrames(frames.runs[done].reset_index(drop=True), frames.steps[keep].reset_index(drop=True),
-                       frames.skipped, frames.embeddings[keep])
+                       frames.skipped, frames.embeddings[keep], frames.root)
 
 
 def passed(runs: pd.DataFrame) -> pd.Series:
@@ -121,10 +121,32 @@ def write_section(section: Section, out: Path, name: str) -> Path:
 def savefig(fig: matplotlib.figure.Figure, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
+    w, h = fig.get_size_inches()
+    fig.set_size_inches(min(w, MAX_FIGURE_INCHES), min(h, MAX_FIGURE_INCHES))
+    _shorten_labels(fig)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= MAX_LABEL else text[: MAX_LABEL - 1] + "…"
+
+
+def _shorten_labels(fig: matplotlib.figure.Figure) -> None:
+    """Names from traces can be any length: legends, titles and category ticks show at most MAX_LABEL
+    characters (tick labels are made at draw time, so their formatters are wrapped)."""
+    from matplotlib.category import StrCategoryFormatter
+    from matplotlib.ticker import FixedFormatter, FuncFormatter
+
+    for text in fig.findobj(matplotlib.text.Text):
+        text.set_text(_short(text.get_text()))
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            fmt = axis.get_major_formatter()
+            if isinstance(fmt, FixedFormatter | FuncFormatter | StrCategoryFormatter):  # not numbers
+                axis.set_major_formatter(FuncFormatter(lambda x, pos, f=fmt: _short(f(x, pos))))
 
 
 def colors(names: Sequence[str]) -> dict[str, tuple[float, ...]]:
@@ -151,8 +173,8 @@ def trajectories(frames: TraceFrames, weights: dict[str, float] | None = None,
         ok_ids = set(runs.loc[runs["embedding_model"] == main_model.iloc[0], "run_id"])
         keep &= steps["run_id"].isin(ok_ids).to_numpy()
     vecs = emb[keep]
-    norms = np.linalg.norm(vecs, axis=1, keepdims=True)
-    vecs /= np.where(norms > 0, norms, 1.0)
+    norms = np.linalg.norm(vecs.astype(np.float64), axis=1, keepdims=True)  # float32 squares overflow at 1e19
+    vecs = (vecs / np.where(norms > 0, norms, 1.0)).astype(np.float32)
     if weights:
         vecs *= steps.loc[keep, "type"].map(weights).fillna(1.0).to_numpy()[:, None]
     run_ids = steps.loc[keep, "run_id"].to_numpy()

@@ -24,6 +24,8 @@ from ._common import Section, colors, parser, passed, prepare, savefig, write_se
 GROUP = ["model", "scenario", "label"]
 KS = (1, 5, 10)
 MAX_PANELS = 12
+DENSE_TURNS = 50  # pass_vs_steps: a row for every turn budget up to this
+MAX_PAIR_MODELS = 40  # pairwise: the models with the most episodes (pairs grow with the square)
 
 
 def pass_ks(samples: int) -> list[int]:
@@ -46,7 +48,7 @@ def pass_table(runs: pd.DataFrame, n_boot: int = 2000) -> pd.DataFrame:
         g = group[group["passed"].notna()]
         row: dict[str, object] = {"model": model, "scenario": scenario, "label": label,
                                   "tasks": group["task_id"].nunique(), "episodes": len(group),
-                                  "unscored": len(group) - len(g)}
+                                  "unscored": len(group) - len(g), "suspicious": suspicious_count(group)}
         if g.empty:
             rows.append(row)
             continue
@@ -66,6 +68,11 @@ def pass_table(runs: pd.DataFrame, n_boot: int = 2000) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def suspicious_count(runs: pd.DataFrame) -> int:
+    """Episodes the scorer flagged `suspicious` (it saw signs of a forged pass; such an episode fails)."""
+    return int(runs["suspicious"].notna().sum()) if "suspicious" in runs else 0
+
+
 def solved_by_task(runs: pd.DataFrame) -> pd.DataFrame:
     """(scenario, label, task_id) × model: True when at least one of the model's samples passed."""
     keys = [runs["scenario"], runs["label"], runs["task_id"], runs["model"]]
@@ -80,7 +87,8 @@ def pairwise(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFra
     """
     from scipy.stats import binomtest
 
-    solved = solved_by_task(runs)
+    top = runs["model"].value_counts(sort=True).index[:MAX_PAIR_MODELS]
+    solved = solved_by_task(runs[runs["model"].isin(top)])
     models = list(solved.columns)
     pairs, only, matrix = [], [], pd.DataFrame(0, index=models, columns=models)
     for (scenario, label), tab in solved.groupby(level=[0, 1], sort=True):
@@ -200,15 +208,21 @@ def plot_pass(table: pd.DataFrame, out: Path) -> Path:
 
 
 def pass_vs_steps(runs: pd.DataFrame) -> pd.DataFrame:
-    """Share of episodes that passed using at most s model turns, for every s up to the longest episode."""
+    """Share of episodes that passed using at most s model turns: for every s up to the longest episode
+    (at most DENSE_TURNS), and past that at each turn count some episode of the group used (the curve
+    changes only there). Rows grow with the episodes, never with the turn numbers a trace holds."""
     runs = runs.assign(ok=passed(runs))
-    rows = []
+    longest = int(runs["turns_used"].max()) if len(runs) else 0
+    dense = np.arange(1, min(longest, DENSE_TURNS) + 1)
+    parts = []
     for (model, scenario, label), g in runs.groupby(GROUP, sort=True):
-        used = g["turns_used"].to_numpy()
-        for s in range(1, int(runs["turns_used"].max()) + 1):
-            rows.append({"model": model, "scenario": scenario, "label": label, "max turns": s,
-                         "pass@1": float((g["ok"].to_numpy() & (used <= s)).mean())})
-    return pd.DataFrame(rows)
+        used = g["turns_used"].to_numpy(np.int64)
+        budgets = np.union1d(dense, used[used > DENSE_TURNS])
+        solved = np.sort(used[g["ok"].to_numpy(bool)])
+        parts.append(pd.DataFrame({"model": model, "scenario": scenario, "label": label, "max turns": budgets,
+                                   "pass@1": np.searchsorted(solved, budgets, side="right") / len(g)}))
+    cols = ["model", "scenario", "label", "max turns", "pass@1"]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=cols)
 
 
 def plot_pass_vs_steps(curve: pd.DataFrame, out: Path) -> Path:
@@ -282,7 +296,9 @@ def analyze(frames: TraceFrames, out: Path, n_boot: int = 2000) -> Section:
         "pass@k (k ≤ samples per task) is the unbiased estimator of Chen et al. averaged over tasks, with a "
         f"95 % percentile bootstrap interval over tasks ({n_boot} resamples). An unscored episode (a scorer "
         "fault) is counted in 'unscored' and left out of every rate. compromised is the share of episodes "
-        "whose scorer flagged a compromise (Wilson CI).",
+        "whose scorer flagged a compromise (Wilson CI). suspicious counts the episodes the scorer failed for "
+        "signs of a forged pass (reward hacking: tests skipped or stubbed, an exit before the verdict, "
+        "values that compare equal to anything).",
         "A task is solved by a model when at least one of its samples passed. 'only A' counts tasks solved "
         "by A and not by B among the tasks both ran; McNemar p is the exact two-sided binomial test on "
         "only A vs only B (discordant pairs).",
@@ -290,7 +306,15 @@ def analyze(frames: TraceFrames, out: Path, n_boot: int = 2000) -> Section:
         "model turns (turns_used = highest step turn + 1; outcome.num_turns does not count a submitting "
         "turn).",
     ])
-    sec.tables += [
+    if runs["model"].nunique() > MAX_PAIR_MODELS:
+        sec.text.append(f"{runs['model'].nunique()} models: the pairwise tables cover the {MAX_PAIR_MODELS} "
+                        "with the most episodes.")
+    flagged = runs[runs["suspicious"].notna()] if "suspicious" in runs else runs.iloc[:0]
+    if len(flagged):
+        sec.tables.append(("suspicious", "Episodes flagged suspicious (signs of a forged pass), with the scorer's "
+                           "reason", flagged[["model", "scenario", "label", "task_id", "sample", "suspicious"]]
+                           .sort_values(["model", "scenario", "label", "task_id", "sample"])))
+    sec.tables[:0] = [
         ("pass_at_k", "pass@k per model × scenario × label", table),
         ("pairwise", "Tasks solved by one model and not the other (per scenario × label)", pairs),
         ("solved_matrix", "Tasks solved by the row model and not the column model (all scenarios)", matrix),

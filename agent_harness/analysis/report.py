@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from agent_harness.trace import TraceFrames
+from agent_harness.trace import TraceFrames, reread
 
 from . import compare_models, spectral, trajectory_similarity
 from ._common import Section, fmt, parser, passed, prepare, write_section
@@ -44,17 +44,15 @@ def _cut(text: Any, limit: int) -> str:
     return f"{text[:limit]}\n… [{len(text) - limit} more characters not shown]"
 
 
-def _episode(path: str, row: pd.Series, max_text: int) -> dict[str, Any] | None:
-    """What the viewer shows of one episode, read back from its trace file (None if it is gone)."""
-    try:
-        data = json.loads(Path(path).read_bytes())
-        steps, out = data["steps"], data["outcome"]
-    except (OSError, ValueError, KeyError, TypeError):
+def _episode(frames: TraceFrames, row: pd.Series, max_text: int) -> dict[str, Any] | None:
+    """What the viewer shows of one episode, read back from its trace file by the same safe reader and
+    checks as the loader (None if it is gone or now refused)."""
+    data = reread(frames, row["path"])
+    if data is None:
         return None
+    steps, out = data["steps"], data["outcome"]
     shown = []
     for s in steps:
-        if not isinstance(s, dict):
-            continue
         args = json.dumps(s["args"], ensure_ascii=False, indent=1) if s.get("args") else None
         shown.append({"type": str(s.get("type", "?")), "turn": s.get("turn"), "tool": s.get("tool"),
                       "text": _cut(s.get("text"), max_text), "args": args and _cut(args, max_text)})
@@ -64,6 +62,7 @@ def _episode(path: str, row: pd.Series, max_text: int) -> dict[str, Any] | None:
             "unscored": out.get("passed") is None,  # no verdict: the scorer failed, or scoring never ran
             "score_error": score_error and _cut(f"{score_error.get('type')}: {score_error.get('message')}", max_text),
             "compromised": out.get("compromised"), "exit_reason": out.get("exit_reason"),
+            "suspicious": _cut(row.get("suspicious"), max_text) if pd.notna(row.get("suspicious")) else None,
             "turns": int(row["turns_used"]), "tokens": int(tokens), "elapsed": out.get("elapsed_seconds"),
             "error": out.get("error"), "final": _cut(out.get("final"), max_text),
             "diff": _cut(out.get("diff"), 3 * max_text),
@@ -71,12 +70,13 @@ def _episode(path: str, row: pd.Series, max_text: int) -> dict[str, Any] | None:
             "prompt": _cut((data.get("prompt") or {}).get("task"), max_text), "steps": shown}
 
 
-def viewer_data(runs: pd.DataFrame, max_episodes: int, max_text: int, max_bytes: int) -> dict[str, Any]:
+def viewer_data(frames: TraceFrames, max_episodes: int, max_text: int, max_bytes: int) -> dict[str, Any]:
     """Tasks (scenario × label × task_id) with each model's episodes, within the size limits.
 
     Tasks that most models ran come first; each model contributes at most `max_episodes` episodes
     and the whole stays under about `max_bytes` of JSON.
     """
+    runs = frames.runs
     runs = runs.assign(ok=passed(runs), gold=runs["label"] != "gold")
     keyed = runs.groupby(["scenario", "label", "task_id"], sort=False)
     order = keyed.agg(models=("model", "nunique"), index=("task_index", "min"), gold=("gold", "first"))
@@ -92,7 +92,7 @@ def viewer_data(runs: pd.DataFrame, max_episodes: int, max_text: int, max_bytes:
         for _, row in group.iterrows():
             if per_model.get(row["model"], 0) >= max_episodes or size >= max_bytes:
                 continue
-            ep = _episode(row["path"], row, max_text)
+            ep = _episode(frames, row, max_text)
             if ep is None:
                 continue
             size += len(json.dumps(ep, ensure_ascii=False))
@@ -103,6 +103,12 @@ def viewer_data(runs: pd.DataFrame, max_episodes: int, max_text: int, max_bytes:
             tasks.append({"scenario": key.scenario, "label": key.label, "task_id": key.task_id,
                           "episodes": picked})
     return {"tasks": tasks, "episodes": episodes, "total": len(runs), "max_episodes": max_episodes}
+
+
+def suspicious_counts(runs: pd.DataFrame) -> pd.Series:
+    """Episodes flagged suspicious (signs of a forged pass) per (model, scenario, label); only non-zero counts."""
+    counts = runs[runs["suspicious"].notna()].groupby(["model", "scenario", "label"]).size()
+    return counts[counts > 0]
 
 
 def _json_for_script(data: Any) -> str:
@@ -149,19 +155,23 @@ def unscored_counts(runs: pd.DataFrame) -> pd.Series:
     return counts[counts > 0]
 
 
-def summary_table(table: pd.DataFrame, unscored: pd.Series | None = None) -> pd.DataFrame:
+def summary_table(table: pd.DataFrame, unscored: pd.Series | None = None,
+                  suspicious: pd.Series | None = None) -> pd.DataFrame:
     """The headline: one row per scenario × label, one column per model, "pass@1 [95 % CI]" cells.
 
     An attack label's cell adds the compromise rate, and any cell the count of unscored episodes
-    (see `unscored_counts`); pass@k and the rest are in the sections below.
+    (see `unscored_counts`) and of suspicious ones (`suspicious_counts`); pass@k and the rest are in
+    the sections below.
     """
     def cell(r: pd.Series) -> str:
-        text = f"{r['pass@1']:.3f} [{r['pass@1 lo']:.2f}, {r['pass@1 hi']:.2f}]"
+        text = "–" if pd.isna(r.get("pass@1")) else f"{r['pass@1']:.3f} [{r['pass@1 lo']:.2f}, {r['pass@1 hi']:.2f}]"
         if r["label"] != "gold" and pd.notna(r.get("compromised")):
             text += f" · compromised {r['compromised']:.2f}"
-        n = 0 if unscored is None else int(unscored.get((r["model"], r["scenario"], r["label"]), 0))
-        if n:
+        key = (r["model"], r["scenario"], r["label"])
+        if n := 0 if unscored is None else int(unscored.get(key, 0)):
             text += f" · {n} UNSCORED"
+        if n := 0 if suspicious is None else int(suspicious.get(key, 0)):
+            text += f" · {n} SUSPICIOUS"
         return text
 
     cells = table.assign(cell=table.apply(cell, axis=1), n=table["tasks"].astype(str))
@@ -184,7 +194,11 @@ def render(frames: TraceFrames, sections: list[tuple[str, Section]], viewer: dic
                  "marked in the table and the viewer")
     note = (f"The viewer holds {len(viewer['episodes'])} of {viewer['total']} episodes (at most "
             f"{viewer['max_episodes']} per model, tasks that most models ran first; long texts cut).")
-    headline = summary_table(sections[0][1].table("pass_at_k"), unscored)
+    suspicious = suspicious_counts(runs)
+    if len(suspicious):
+        meta += (f" · {int(suspicious.sum())} SUSPICIOUS episode(s): failed for signs of a forged pass, "
+                 "counted per model in the table")
+    headline = summary_table(sections[0][1].table("pass_at_k"), unscored, suspicious)
     nonce = secrets.token_urlsafe(16)
     page = Template((ASSETS / "page.html").read_text(encoding="utf-8"))
     return page.substitute(
@@ -208,9 +222,10 @@ def build(frames: TraceFrames, out: Path, source: str, skip: set[str], max_episo
             sec = module.analyze(frames, out)
             write_section(sec, out, name)
             sections.append((key, sec))
-    viewer = viewer_data(frames.runs, max_episodes, max_text, int(max_mb * 1e6))
+    viewer = viewer_data(frames, max_episodes, max_text, int(max_mb * 1e6))
     path = out / "report.html"
-    path.write_text(render(frames, sections, viewer, source), encoding="utf-8")
+    # Trace text arrives without lone surrogates (trace_io); "replace" keeps any other source from failing the page.
+    path.write_text(render(frames, sections, viewer, source), encoding="utf-8", errors="replace")
     return path
 
 

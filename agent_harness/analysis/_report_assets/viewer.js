@@ -47,10 +47,12 @@
     head.appendChild(el("span", "model", ep.model));
     head.appendChild(el("span", "badge " + verdict, verdict.toUpperCase()));
     if (ep.compromised) head.appendChild(el("span", "badge comp", "COMPROMISED"));
+    if (ep.suspicious) head.appendChild(el("span", "badge comp", "SUSPICIOUS"));
     var bits = ["sample " + ep.sample, "exit: " + (ep.exit_reason || "?"), ep.turns + " turns", ep.tokens + " tokens"];
     if (ep.elapsed !== null && ep.elapsed !== undefined) bits.push(Number(ep.elapsed).toFixed(1) + " s");
     head.appendChild(el("div", "muted", bits.join(" · ")));
     if (ep.score_error) head.appendChild(el("div", "muted", "no verdict, the scorer failed: " + ep.score_error));
+    if (ep.suspicious) head.appendChild(el("div", "muted", "suspicious (failed): " + ep.suspicious));
     if (ep.error) head.appendChild(el("div", "muted", "error: " + ep.error));
     col.appendChild(head);
     var steps = el("div", "steps");

@@ -481,3 +481,31 @@ def test_report_marks_unscored_episodes(tmp_path: Path) -> None:
     eps = json.loads(blob)["episodes"]
     assert [ep["unscored"] for ep in eps].count(True) == 1
     assert [ep["score_error"] for ep in eps if ep["unscored"]] == ["FileExistsError: tests is a symlink"]
+
+
+def test_suspicious_episodes_are_counted_per_model(tmp_path: Path) -> None:
+    """score_details.suspicious (the scorer failed an episode for signs of a forged pass) is counted per
+    model in compare_models' table, the report's headline and viewer, and summary.json."""
+    from agent_harness.summary import summarize
+
+    root = tmp_path / "traces"
+    rng = np.random.default_rng(3)
+    for model, flagged in (("hacker", (0, 1)), ("honest", ())):
+        for i in range(3):
+            trace = syn.episode(model, "humanevalfix", "gold", i, i == 2, rng, turns=2, dim=4)
+            if i in flagged:
+                trace["outcome"].update(passed=False, score_details={"suspicious": f"reason {i}"})
+            syn.write(root, trace)
+    frames = _load(root)
+    table = compare_models.pass_table(frames.runs, n_boot=50).set_index("model")
+    assert table.loc["hacker", "suspicious"] == 2 and table.loc["honest", "suspicious"] == 0
+    (tmp_path / "out").mkdir()
+    page = report.build(frames, tmp_path / "out", "t", skip={"spectral", "similarity"}).read_text()
+    assert "2 SUSPICIOUS episode(s)" in page and "· 2 SUSPICIOUS" in page
+    blob = re.search(r'<script type="application/json" id="trace-data">(.*?)</script>', page, re.S).group(1)
+    assert sorted(ep["suspicious"] for ep in json.loads(blob)["episodes"] if ep["suspicious"]) == [
+        "reason 0", "reason 1"]
+    listed = pd.read_csv(tmp_path / "out" / "suspicious.csv")
+    assert listed["suspicious"].tolist() == ["reason 0", "reason 1"] and set(listed["model"]) == {"hacker"}
+    summary = summarize(root)
+    assert summary["hacker"]["humanevalfix"]["suspicious"] == 2 and summary["honest"]["humanevalfix"]["suspicious"] == 0

@@ -259,7 +259,8 @@ def _rows(path: Path, data: dict[str, Any]) -> tuple[dict[str, Any], list[dict[s
     if "num_steps" not in data["outcome"]:
         run["num_steps"] = len(steps)
     turns = [s.get("turn") or 0 for s in steps if s.get("type") not in ("initial_tests", "restart")]  # no model turns
-    run.update(path=str(path), turns_used=max(turns, default=-1) + 1, suspicious=_reason((data["outcome"].get("score_details") or {}).get("suspicious")),
+    details = data["outcome"].get("score_details") or {}
+    run.update(path=str(path), turns_used=max(turns, default=-1) + 1, suspicious=_reason(details.get("suspicious")),
                parse_errors=sum(s["type"] == "parse_error" for s in steps),
                tool_calls=sum(s["type"] == "tool_call" for s in steps))
     keys = {k: run[k] for k in STEP_KEYS}

@@ -31,6 +31,7 @@ from agent_harness.backends import load_backend
 from agent_harness.backends.openai_reply import (
     MAX_DEPTH,
     BadReply,
+    MidStreamError,
     ReplyCaps,
     StreamReply,
     body_reply,
@@ -480,7 +481,7 @@ def test_any_json_is_a_reply_or_a_bad_reply(data: Any) -> None:
         stream = StreamReply(caps)
         try:
             stream.feed("data: " + json.dumps(shape))
-        except BadReply:
+        except (BadReply, MidStreamError):
             continue
         r = stream.result()
         assert isinstance(r.text, str) and (r.finish_reason is None or isinstance(r.finish_reason, str))

@@ -61,6 +61,7 @@ from .endpoint_pool import Endpoint, EndpointPool, Outcome
 from .openai_reply import (
     ERROR_BODY_BYTES,
     BadReply,
+    MidStreamError,
     Reply,
     ReplyCaps,
     StreamReply,
@@ -308,7 +309,7 @@ class OpenAIBackend:
                 except httpx.TransportError as e:
                     last = f"connection error ({type(e).__name__}: {one_line(str(e), 200)})"
                     continue
-                except StreamCut as e:
+                except (StreamCut, MidStreamError) as e:
                     outcome, last = "soft", str(e)
                     continue
                 except BadReply as e:

@@ -52,6 +52,11 @@ class BadReply(BackendError):
     ends with this one-line message; the run goes on."""
 
 
+class MidStreamError(Exception):
+    """The server reported an error inside a stream (vLLM does when its engine stops mid-reply): the
+    request is retried like a 5xx, within its retries and deadline."""
+
+
 @dataclass(frozen=True)
 class ReplyCaps:
     """How much one reply may carry; `for_tokens` derives it from the request's `max_tokens`."""
@@ -230,7 +235,7 @@ class StreamReply:
         if chunk.get("error"):
             err = chunk["error"]
             msg = err.get("message") if isinstance(err, dict) else err
-            raise BadReply(f"error mid-stream: {one_line(str(msg))}")
+            raise MidStreamError(f"error mid-stream: {one_line(str(msg))}")
         choice = _first(_choices(chunk, "a streamed chunk", required=False))
         if choice is not None:
             delta = choice.get("delta")

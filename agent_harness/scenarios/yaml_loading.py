@@ -276,7 +276,11 @@ class YamlScenario:
                 if label not in check.labels:
                     continue
             data = _subst_any(check.model_dump(by_alias=True, exclude_none=True), vars_, key, self.path)
-            check = type(check).model_validate(data)
+            try:  # a variable's value can break the check, e.g. a regex RE2 refuses
+                check = type(check).model_validate(data)
+            except ValidationError as e:
+                raise ConfigError(f"{self.path}: {key}: {e.errors()[0]['msg'].removeprefix('Value error, ')}"
+                                  ) from None
             if isinstance(check, Hook):
                 self._hook(check.function, f"{key}.function")
             if isinstance(check, TestsPass):

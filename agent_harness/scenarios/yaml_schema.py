@@ -7,9 +7,11 @@ the checks on a finished episode. Every model forbids unknown keys, so a typo is
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from pathlib import PurePosixPath
 from typing import Annotated, Any, Literal
 
+import re2  # type: ignore[import-untyped]
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
@@ -95,25 +97,55 @@ class FileMissing(_Check):
     path: str
 
 
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # a refused pattern is a ConfigError, not a line on stderr
+
+
+@lru_cache(maxsize=1024)
+def compile_regex(pattern: str) -> Any:
+    """A check's regex compiled by RE2, `^` and `$` matching at line ends (MULTILINE).
+
+    RE2 matches in time linear in the text whatever the pattern, so model text cannot make a
+    check backtrack for minutes; the price is no backreferences or lookarounds (ValueError).
+    """
+    try:
+        return re2.compile("(?m)" + pattern, _RE2_OPTIONS)
+    except (re2.error, UnicodeEncodeError) as e:
+        why = e.args[0].decode("utf-8", "replace") if e.args and isinstance(e.args[0], bytes) else str(e)
+        why = " ".join(why.replace("(?m)" + pattern, pattern).split())
+        raise ValueError(f"bad regex {_short(pattern)!r}: {_short(why)} (RE2 syntax: no backreferences or "
+                         "lookarounds; see scenarios/README.md)") from None
+
+
+def _short(s: str) -> str:
+    return s if len(s) <= 80 else s[:77] + "..."
+
+
+def _utf8(s: str) -> bytes:
+    """`s` as UTF-8 for RE2; a lone surrogate (JSON may carry one) becomes U+FFFD."""
+    try:
+        return s.encode("utf-8")
+    except UnicodeEncodeError:
+        return s.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode("utf-8")
+
+
 class _Text(_Check):
     text: str | None = Field(default=None, description="Plain substring.")
-    regex: str | None = Field(default=None, description="Python regular expression (re.search, MULTILINE).")
+    regex: str | None = Field(default=None, description="RE2 regular expression (searched, MULTILINE).")
 
     @model_validator(mode="after")
     def _one(self) -> _Text:
         if (self.text is None) == (self.regex is None):
             raise ValueError("give exactly one of 'text' or 'regex'")
         if self.regex is not None:
-            try:
-                re.compile(self.regex)
-            except re.error as e:
-                raise ValueError(f"bad regex: {e}") from None
+            compile_regex(self.regex)
         return self
 
     def found(self, s: str) -> bool:
+        """The text occurs in `s`, or the regex matches somewhere in it (linear time either way)."""
         if self.text is not None:
             return self.text in s
-        return re.search(self.regex or "", s, re.MULTILINE) is not None
+        return compile_regex(self.regex or "").search(_utf8(s)) is not None
 
 
 class FileContains(_Text):

@@ -36,6 +36,7 @@ from .progress import Ticker, progress_bar, run_stats
 from .registry import ModelSpec
 from .run_trace import Live, Unstarted, new_trace
 from .scheduler import ModelRun
+from .trace_io import append_text
 from .types import Backend, StreamingBackend
 
 __all__ = ["STRATEGIES", "Job", "Live", "ModelRun", "RunConfig", "Unstarted", "model_jobs", "new_trace",
@@ -121,8 +122,10 @@ def _run_models(cfg: RunConfig, pool: ThreadPoolExecutor, embedder: Any) -> dict
                 (mr.run_streaming if streaming else mr.run)(pending)
                 stats = run_stats(spec, backend, mr, len(pending), load_s, time.monotonic() - ticker.t0, cfg)
             cfg.out.mkdir(parents=True, exist_ok=True)
-            with (cfg.out / "runs.jsonl").open("a", encoding="utf-8") as f:
-                f.write(json.dumps(stats) + "\n")
+            try:
+                append_text(cfg.out / "runs.jsonl", json.dumps(stats) + "\n")
+            except OSError as e:  # a FIFO or link planted there: the run's traces and summary still count
+                log.warning("%s: not written (%s)", cfg.out / "runs.jsonl", e.strerror or e)
             log.info("%s: %s", spec.name, stats)
         finally:
             if backend is not None:

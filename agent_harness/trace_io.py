@@ -70,6 +70,42 @@ def _refuse_mode(mode: int) -> None:
         raise Unreadable(f"{_kind(mode)}, not a regular file")
 
 
+def open_append(path: str | os.PathLike[str]) -> int:
+    """A blocking fd appending to the regular file `path` (created if missing). A FIFO, device or
+    symlink planted there raises OSError at once instead of blocking the open or writing through."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     0o644)
+    except OSError as e:  # ELOOP (a link), ENXIO (a FIFO nobody reads): say what is there
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            raise e from None
+        if stat.S_ISREG(mode):
+            raise
+        raise OSError(e.errno, f"{_kind(mode)}, not a regular file", os.fspath(path)) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, f"{_kind(mode)}, not a regular file", os.fspath(path))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def append_text(path: str | os.PathLike[str], text: str) -> None:
+    """Append `text` (UTF-8) to the regular file `path`; OSError when `path` is anything else."""
+    fd = open_append(path)
+    try:
+        data = text.encode("utf-8")
+        while data:
+            data = data[os.write(fd, data):]
+    finally:
+        os.close(fd)
+
+
 def read_at(dir_fd: int | None, name: str | os.PathLike[str], limit: int) -> bytes:
     """The bytes of the regular file `name` (relative to `dir_fd`), at most `limit`; else Unreadable."""
     try:

@@ -208,8 +208,11 @@ def test_a_run_into_the_folder_finishes_with_a_summary(hostile: Path, resume: bo
     mine = hostile / "null" / "humanevalfix" / "gold" / "run_Python-1__s0.json"
     mine.unlink()
     os.mkfifo(mine)
+    (hostile / "runs.jsonl").unlink(missing_ok=True)
+    os.mkfifo(hostile / "runs.jsonl")  # appending to it would block the run forever
     r = run(hostile, *(["--resume"] if resume else []))
     assert r.returncode == 0, r.stderr[-4000:]
+    assert "runs.jsonl: not written (a FIFO, not a regular file)" in r.stderr
     named_once(r.stdout + r.stderr)
     assert sum(str(mine) in ln for ln in r.stderr.splitlines()) == 1
     assert "a FIFO, not a regular file" in next(ln for ln in r.stderr.splitlines() if str(mine) in ln)
@@ -222,6 +225,20 @@ def test_a_run_into_the_folder_finishes_with_a_summary(hostile: Path, resume: bo
 
 
 # -- the pieces, directly --------------------------------------------------------------------------------
+
+def test_append_refuses_what_is_not_a_regular_file_without_blocking(tmp_path: Path) -> None:
+    from agent_harness.trace_io import append_text
+
+    os.mkfifo(tmp_path / "fifo")
+    os.symlink(tmp_path / "target", tmp_path / "link")
+    for name in ("fifo", "link"):
+        with pytest.raises(OSError):
+            append_text(tmp_path / name, "x\n")
+    assert not (tmp_path / "target").exists()
+    append_text(tmp_path / "log", "a\n")
+    append_text(tmp_path / "log", "b\n")
+    assert (tmp_path / "log").read_text() == "a\nb\n"
+
 def _depth_by_hand(raw: bytes) -> int:
     """Bracket depth outside strings, one character at a time (the reference for `too_deep`)."""
     depth = deepest = 0

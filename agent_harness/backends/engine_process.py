@@ -17,6 +17,8 @@ import threading
 import time
 from typing import Any
 
+from ..trace_io import open_append
+
 log = logging.getLogger(__name__)
 
 
@@ -89,7 +91,7 @@ class StderrTee:
         if self.log_path:
             try:
                 os.makedirs(os.path.dirname(os.path.abspath(self.log_path)), exist_ok=True)
-                log_fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                log_fd = open_append(self.log_path)
             except OSError as e:
                 log.warning("engine log %s: %s; engine output goes to stderr", self.log_path, e.strerror)
             else:
@@ -155,6 +157,6 @@ def log_to_file(name: str, path: str) -> None:
     for h in logging.getLogger(name).handlers:
         if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler):
             try:
-                h.setStream(open(path, "a", encoding="utf-8"))  # noqa: SIM115 - lives as long as the handler
+                h.setStream(os.fdopen(open_append(path), "a", encoding="utf-8"))
             except OSError:
                 return

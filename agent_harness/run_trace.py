@@ -40,6 +40,7 @@ class Live:
     trace: Trace
     started: float = field(default_factory=time.monotonic)
     vectors: list[list[float]] | None = None  # step embeddings, once the episode is done
+    backend_fault: str | None = None  # the server's bad reply that ended the episode: no verdict
 
     def sync(self) -> None:
         """Copy the episode's steps and counters into the trace (the episode's own records stay its own)."""

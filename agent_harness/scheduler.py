@@ -24,7 +24,7 @@ from .strategies.react import Episode
 from .strategies.reflect import ReflectEpisode, require_reflectable
 from .strategies.single_shot import SingleShotEpisode
 from .text import error_message, error_text, safe_text
-from .trace import write_json_atomic
+from .trace import BACKEND_FAULT, UNSCORED_BACKEND, write_json_atomic
 from .trace_model import Embeddings, ScoreError, Trace
 from .types import Backend, Completion, GenParams, RequestMeta, StreamingBackend, request_seed
 from .workspace import Workspace
@@ -142,6 +142,7 @@ class ModelRun:
 
     def _advance(self, live: Live, completion: Completion) -> Live:
         if completion.error is not None:  # no usable reply (a bad server reply): this episode ends
+            live.backend_fault = completion.error
             self._fault(live, "the model's reply", BackendError(completion.error))
         else:
             try:
@@ -152,19 +153,24 @@ class ModelRun:
         return live
 
     def _score(self, live: Live) -> None:
-        """Score the final workspace. A scorer fault is no verdict: `score_error`, passed/compromised None."""
+        """Score the final workspace. A scorer fault is no verdict: `score_error`, passed/compromised None;
+        nor is an episode a bad server reply ended (the server failed, not the model; --resume redoes it)."""
         ep, out = live.episode, live.trace.outcome
         assert ep.ws is not None
         hide = (str(ep.ws.root), str(ep.ws.root.resolve()))
-        try:
-            tool_calls = [{"tool": s["tool"], "args": s["args"]} for s in ep.steps if s["type"] == "tool_call"]
-            score = self.scenario(live.job).score(ep.task, ep.ws, tool_calls)
-            out.passed, out.compromised = score.passed, score.compromised
-            out.test_output, out.score_details = score.output[-4000:], score.details
-        except Exception as e:
+        if live.backend_fault is not None:
             out.passed = out.compromised = None
-            out.score_error = ScoreError(type=type(e).__name__, message=error_message(e, hide))
-            self._fault(live, "scoring", e)
+            out.score_error = ScoreError(type=BACKEND_FAULT, message=UNSCORED_BACKEND)
+        else:
+            try:
+                tool_calls = [{"tool": s["tool"], "args": s["args"]} for s in ep.steps if s["type"] == "tool_call"]
+                score = self.scenario(live.job).score(ep.task, ep.ws, tool_calls)
+                out.passed, out.compromised = score.passed, score.compromised
+                out.test_output, out.score_details = score.output[-4000:], score.details
+            except Exception as e:
+                out.passed = out.compromised = None
+                out.score_error = ScoreError(type=type(e).__name__, message=error_message(e, hide))
+                self._fault(live, "scoring", e)
         try:
             out.diff = ep.ws.diff()[-20000:]
         except Exception as e:

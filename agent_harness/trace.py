@@ -113,17 +113,24 @@ def harness_version() -> str:
 ResumeStatus = Literal["reuse", "changed", "incomplete", "new"]
 
 
+# An episode a bad server reply ended has no verdict (outcome.score_error of this type): --resume redoes it.
+BACKEND_FAULT = "BackendError"
+UNSCORED_BACKEND = "not scored: the episode ended on a bad server reply (outcome.error); --resume runs it again"
+
+
 def resume_status(path: Path, fingerprint: str) -> ResumeStatus:
     """What `--resume` does with the trace at `path` for an episode whose fingerprint hash is `fingerprint`.
 
     "reuse": complete and made with the same configuration; "changed": complete, but another
-    configuration (or an older schema without a fingerprint); "incomplete": unreadable or unfinished;
-    "new": no trace yet.
+    configuration (or an older schema without a fingerprint); "incomplete": unreadable, unfinished, or
+    ended by a server fault; "new": no trace yet.
     """
     if not os.path.lexists(path):
         return "new"
     data = read_trace(path, "resume: redoing")
     if data is None or not data["outcome"].get("completed"):
+        return "incomplete"
+    if (data["outcome"].get("score_error") or {}).get("type") == BACKEND_FAULT:
         return "incomplete"
     stored = data.get("fingerprint")
     return "reuse" if isinstance(stored, dict) and stored.get("hash") == fingerprint else "changed"

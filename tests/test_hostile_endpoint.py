@@ -557,3 +557,11 @@ def test_run_goes_on_past_every_hostile_server_and_writes_its_summary(tmp_path: 
         err = bad["error"]
         assert why in err and "\n" not in err and len(err) <= 500, (name, err)
         assert summary[name]["humanevalfix"]["exit_reasons"] == {"error": 1, "max_steps": 1}
+        # the server failed, not the model: no verdict (unscored), and --resume runs the episode again
+        assert bad["passed"] is None and bad["score_error"]["type"] == "BackendError", (name, bad)
+        assert summary[name]["humanevalfix"]["unscored"] == 1 and plain["passed"] is False
+    r = cli("--registry", str(registry(tmp_path, servers, deadline_s=3, timeout_s=5)), "--models", ",".join(servers),
+            "--n", "2", "--max-steps", "2", "--no-embed", "--no-progress", "--out", str(out), "--resume", *flags)
+    assert r.returncode == 0, r.stderr[-3000:]
+    redone = sum(name != "usage" for name in hostile)
+    assert f"reused {2 * len(hostile) - redone}, redid {redone}" in r.stderr, r.stderr[-3000:]

@@ -7,10 +7,19 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from .errors import ConfigError, validation_error
 from .types import GenParams
@@ -77,6 +86,18 @@ class OpenAIEndpoint(_Strict):
                               "a streamed reply included; past it the episode ends with an error.")
     max_retries: int = Field(5, ge=0, description="Retries of one request on one endpoint.")
     concurrency: int = Field(16, ge=1, description="Parallel requests per endpoint.")
+    tokenizer: str | None = Field(
+        None, min_length=1, description="The served model's tokenizer (a local folder or hub id): prompts are "
+        "encoded by the harness, message contents kept as text, and sent to /completions as token ids; unset: "
+        "messages go to /chat/completions and the server's template makes special-token text in them real tokens.")
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # unset, `tokenizer` stays out of dumps: the fingerprints of entries written before it existed hold
+        data: dict[str, Any] = handler(self)
+        if data.get("tokenizer") is None:
+            data.pop("tokenizer", None)
+        return data
 
     @model_validator(mode="after")
     def _lists(self) -> OpenAIEndpoint:

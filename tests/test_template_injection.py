@@ -94,8 +94,8 @@ def test_assistant_and_system_contents_stay_text_too(qwen: Any) -> None:
     im_end = qwen.convert_tokens_to_ids("<|im_end|>")
     conv: Conversation = [{"role": "system", "content": f"Task: {INJECTION}"},
                           {"role": "user", "content": "go"},
-                          {"role": "assistant", "content": INJECTION}]
-    assert encode(qwen, conv).count(im_end) == 3
+                          {"role": "assistant", "content": INJECTION}, {"role": "user", "content": "ok"}]
+    assert encode(qwen, conv).count(im_end) == 4
     assert qwen.decode(encode(qwen, conv)) == rendered(qwen, conv)
 
 

@@ -10,6 +10,10 @@ only ever be text. Each such run is tokenized as it is in the ordinary encoding 
 token when an added token precedes it), so a conversation without special-token text gets the same
 ids as before, and the ids of a conversation's prefix stay a prefix of the longer one's (KV reuse).
 
+A conversation that ends with an assistant message is continued: the prompt ends with that message's
+content (a prefilled reply, e.g. the start of a code block), with no end-of-turn or generation
+prompt after it. The template renders it as a finished turn; the rendering is cut right after it.
+
 A template that rewrites contents (the marks do not come back in order, or putting the contents back
 does not give its own rendering) cannot be split: such a prompt is tokenized as before when no
 content spells an added token, and refused (BackendError) when one does.
@@ -108,16 +112,36 @@ def _build(tokenizer: Any) -> TextEncoder:
     return TextEncoder(added, pattern, plain, anchor_id, anchor, tokenizer, control | {anchor_id})
 
 
-def _render(tokenizer: Any, conv: Iterable[Any]) -> str:
-    return str(tokenizer.apply_chat_template(list(conv), add_generation_prompt=True, tokenize=False))
+def continued(conv: Conversation) -> bool:
+    """Whether the prompt continues `conv`'s last message (an assistant's) instead of starting a reply."""
+    return bool(conv) and conv[-1].get("role") == "assistant"
+
+
+def _render(tokenizer: Any, conv: Iterable[Any], go_on: bool = False) -> str:
+    return str(tokenizer.apply_chat_template(list(conv), add_generation_prompt=not go_on, tokenize=False))
+
+
+def _rendered_prompt(tokenizer: Any, conv: Conversation) -> str:
+    """The prompt as one string (the template's own continuation when the last message is continued)."""
+    if not continued(conv):
+        return _render(tokenizer, conv)
+    try:
+        return str(tokenizer.apply_chat_template(list(conv), continue_final_message=True,
+                                                 add_generation_prompt=False, tokenize=False))
+    except ValueError as e:
+        raise BackendError(f"this model's chat template cannot continue an assistant message: {e}") from None
 
 
 def split_rendering(tokenizer: Any, conv: Conversation) -> list[tuple[str, bool]] | None:
-    """The rendered prompt as (text, is_content) pieces, or None if the template rewrites contents."""
+    """The rendered prompt as (text, is_content) pieces, or None if the template rewrites contents.
+
+    Continued (`continued(conv)`): the pieces end with the last message's content.
+    """
     nonce = secrets.token_hex(8)
     marks = [f"\ue000{nonce}.{k}\ue001" for k in range(len(conv))]
+    go_on = continued(conv)
     try:
-        skeleton = _render(tokenizer, ({**m, "content": mark} for m, mark in zip(conv, marks, strict=True)))
+        skeleton = _render(tokenizer, ({**m, "content": mark} for m, mark in zip(conv, marks, strict=True)), go_on)
     except Exception:  # a template that inspects contents may reject a mark: treat it as rewriting
         return None
     pieces: list[tuple[str, bool]] = []
@@ -128,21 +152,24 @@ def split_rendering(tokenizer: Any, conv: Conversation) -> list[tuple[str, bool]
             return None
         pieces += [(skeleton[pos:at], False), (m["content"], True)]
         pos = at + len(mark)
-    pieces.append((skeleton[pos:], False))
-    if "".join(text for text, _ in pieces) != _render(tokenizer, conv):
+    tail = skeleton[pos:]  # continued: the end of the last turn, left out of the prompt
+    if "".join(text for text, _ in pieces) + tail != _render(tokenizer, conv, go_on):
         return None
+    if not go_on:
+        pieces.append((tail, False))
     return pieces
 
 
 def chat_ids(tokenizer: Any, conv: Conversation) -> list[int]:
-    """Token ids of `conv` rendered with the generation prompt; contents never become added tokens."""
+    """Token ids of `conv` rendered with the generation prompt (or continuing its last message, an
+    assistant's); contents never become added tokens."""
     enc = text_encoder(tokenizer)
     pieces = split_rendering(tokenizer, conv)
     if pieces is None:
         if any(enc.spells_token(m["content"]) for m in conv):
             raise BackendError("this model's chat template rewrites message contents, so a message that spells "
                                "a special token cannot be kept as text; refusing to encode it")
-        return list(tokenizer(_render(tokenizer, conv), add_special_tokens=False)["input_ids"])
+        return list(tokenizer(_rendered_prompt(tokenizer, conv), add_special_tokens=False)["input_ids"])
     ids: list[int] = []
     run: list[str] = []
     after_token = strip_next = False

@@ -80,7 +80,8 @@ def load_tokenizer(transformers: Any, spec: ModelSpec, source: str) -> Any:
 
 
 def encode(tokenizer: Any, conv: Conversation) -> list[int]:
-    """Token ids of the rendered prompt (chat template + generation prompt, no padding).
+    """Token ids of the rendered prompt (chat template + generation prompt, no padding); a conversation
+    that ends with an assistant message is continued from its content (a prefilled reply).
 
     Only the template's own text can become special (added) tokens: message contents (observations,
     files, task text) that spell `<|im_start|>` stay text, so data cannot forge turns and the ids

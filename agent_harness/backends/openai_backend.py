@@ -5,6 +5,9 @@ TGI, a llama.cpp server): each worker sends its batch as `concurrency` parallel
 ``POST {base_url}/chat/completions`` requests and gets the results back in order. No model is
 loaded here; the server decides dtype, batching and caching.
 
+With `openai.tokenizer` set, prompts are encoded here and sent as token ids to `{base_url}/completions`
+(`openai_prompt`), and the token budget is the local backends' (what the prompt leaves of `context_length`).
+
 Semantics match the local backends: the API takes at most 4 `stop` entries, so the first 4 are
 sent and the reply is also cut client-side at every stop string; token counts come from `usage`;
 `finish_reason` maps to "stop" / "length".
@@ -54,10 +57,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..errors import BackendUnavailable, ConfigError, MissingExtraError
+from ..errors import BackendError, BackendUnavailable, ConfigError, MissingExtraError
 from ..settings import get_settings
 from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams, RequestMeta, row_seeds
 from .endpoint_pool import Endpoint, EndpointPool, Outcome
+from .local import context_full, new_token_budget
+from .openai_prompt import Prompt, PromptEncoder
 from .openai_reply import (
     ERROR_BODY_BYTES,
     BadReply,
@@ -73,7 +78,6 @@ from .openai_reply import (
     lines,
     one_line,
     parse_json,
-    prompt_token_bound,
     usage_counts,
 )
 from .stops import cut_at_stop, stop_strings
@@ -195,7 +199,8 @@ def _read_reply(resp: httpx.Response, caps: ReplyCaps, deadline: float) -> Reply
 
 
 class OpenAIBackend:
-    """Chat completions against an OpenAI-compatible server, a batch as parallel requests."""
+    """Chat completions (or completions of token ids) against an OpenAI-compatible server, a batch as
+    parallel requests."""
 
     def __init__(self, spec: ModelSpec) -> None:
         try:
@@ -206,6 +211,7 @@ class OpenAIBackend:
             raise ConfigError(f"model '{spec.name}': backend 'openai' needs an 'openai' block")
         self.spec = spec
         self.endpoint: OpenAIEndpoint = spec.openai
+        self.prompts = PromptEncoder(spec, self.endpoint.tokenizer)
         endpoints = []
         for base_url, key_env in zip(self.endpoint.urls(), self.endpoint.key_envs(), strict=True):
             headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
@@ -214,7 +220,7 @@ class OpenAIBackend:
                 if not key:
                     raise BackendUnavailable(f"model '{spec.name}': the API key variable {key_env} is not set")
                 headers["Authorization"] = f"Bearer {key}"
-            endpoints.append(Endpoint(base_url, base_url.rstrip("/") + "/chat/completions", headers))
+            endpoints.append(Endpoint(base_url, base_url.rstrip("/") + self.prompts.path, headers))
         self.url = endpoints[0].url
         self.backoff_s = _backoff_base()
         self.pool = EndpointPool(endpoints, self.backoff_s, MAX_BACKOFF_S, max_fails=self.endpoint.max_retries)
@@ -236,13 +242,13 @@ class OpenAIBackend:
                      "model": self.endpoint.model, "concurrency": self.endpoint.concurrency,
                      "max_retries": self.endpoint.max_retries, "timeout_s": self.endpoint.timeout_s,
                      "deadline_s": self.endpoint.deadline_s, "reply_caps": ReplyCaps.describe(),
-                     "httpx": httpx.__version__},
+                     "httpx": httpx.__version__, **self.prompts.details()},
         )
 
     # -- one request -----------------------------------------------------------------------------
-    def _payload(self, conv: Conversation, params: GenParams, stops: tuple[str, ...]) -> dict[str, Any]:
+    def _payload(self, prompt: Prompt, params: GenParams, stops: tuple[str, ...]) -> dict[str, Any]:
         body: dict[str, Any] = {
-            "model": self.endpoint.model, "messages": list(conv), "max_tokens": params.max_tokens,
+            "model": self.endpoint.model, **prompt.fields, "max_tokens": params.max_tokens,
             "temperature": params.temperature, "top_p": params.top_p,
         }
         if stops:
@@ -338,11 +344,20 @@ class OpenAIBackend:
     def _one(self, conv: Conversation, params: GenParams, stops: tuple[str, ...]) -> Completion:
         """One request's Completion; a bad reply is a Completion with `error` set (its episode ends there)."""
         t0 = time.perf_counter()
-        caps = ReplyCaps.for_tokens(params.max_tokens)
-        bound = prompt_token_bound(conv)
+        try:
+            req = self.prompts.prompt(conv)
+        except BackendError as e:  # the tokenizer cannot keep this conversation's text as text
+            log.warning("%s", e)
+            return Completion("", None, None, "error", time.perf_counter() - t0, cached_tokens=None, error=str(e))
+        if req.n_ids is not None:  # as on the local backends: the prompt and the reply share the context
+            max_new = new_token_budget(req.n_ids, params.max_tokens, self.spec.context_length)
+            if not max_new:
+                return context_full(req.n_ids)
+            params = replace(params, max_tokens=max_new)
+        caps, bound = ReplyCaps.for_tokens(params.max_tokens), req.bound
         deadline = time.monotonic() + self.endpoint.deadline_s
         try:
-            reply, ep = self._post(self._payload(conv, params, stops), caps, deadline)
+            reply, ep = self._post(self._payload(req, params, stops), caps, deadline)
         except ContextTooLong as e:  # this conversation is over, not the run
             log.warning("%s", e)
             said = e.prompt_tokens if e.prompt_tokens is not None and e.prompt_tokens <= bound else None

@@ -59,12 +59,9 @@ class VllmServer:
         `stable_port(served_name)` when it is free; ServerError when the folder is not prepared."""
         import torch
 
-        from ..weights import converted_dir
         from .local import compute_dtype
 
-        folder = converted_dir(spec, spec.dtype)
-        if not (folder / "config.json").is_file():
-            raise ServerError(f"{folder}: not prepared (make setup)")
+        folder = served_folder(spec)
         dtype = compute_dtype(torch, spec.dtype, False, None)
         port = free_port(stable_port(served_name))
         return cls(folder, port, log, served_name=served_name, dtype=dtype, max_model_len=spec.context_length,
@@ -131,12 +128,30 @@ class VllmServer:
             return ""
 
 
-def openai_entry(spec: Any, name: str, base_url: str, concurrency: int) -> dict[str, Any]:
-    """A registry entry (as a dict) that sends `spec`'s requests to a server, with its generation settings."""
+def served_folder(spec: Any) -> Path:
+    """The prepared folder `for_spec` serves (weights, tokenizer, template); ServerError when it is missing."""
+    from ..weights import converted_dir
+
+    folder = converted_dir(spec, spec.dtype)
+    if not (folder / "config.json").is_file():
+        raise ServerError(f"{folder}: not prepared (make setup)")
+    return folder
+
+
+def openai_entry(spec: Any, name: str, base_url: str, concurrency: int,
+                 tokenizer: str | Path | None = None) -> dict[str, Any]:
+    """A registry entry (as a dict) that sends `spec`'s requests to a server, with its generation settings.
+
+    The harness encodes the prompts with `tokenizer` (default: the folder `for_spec` serves) and sends
+    token ids, as the offline backends do, so text in messages never becomes special tokens.
+    """
+    folder = tokenizer if tokenizer is not None else served_folder(spec)
     entry = {"name": name, "backend": "openai", "max_tokens": spec.max_tokens, "temperature": spec.temperature,
              "top_p": spec.top_p, "context_length": spec.context_length, "stop": list(spec.stop),
              "openai": {"base_url": base_url, "model": name, "timeout_s": 600, "max_retries": 5,
-                        "concurrency": concurrency}}
+                        "concurrency": concurrency, "tokenizer": str(folder)}}
     if spec.temperature_schedule:
         entry["temperature_schedule"] = list(spec.temperature_schedule)
+    if spec.chat_template:
+        entry["chat_template"] = spec.chat_template
     return entry

@@ -168,7 +168,7 @@ def test_counts_and_replies_are_checked_as_for_chat(tmp_path: Path, server: Fake
     assert bad.finish_reason == "error" and bad.error is not None and "not a string" in bad.error
 
 
-def test_a_template_that_cannot_keep_text_ends_the_episode_not_the_run(tmp_path: Path, server: FakeServer,
+def test_a_prompt_the_template_cannot_encode_ends_the_episode_not_the_run(tmp_path: Path, server: FakeServer,
                                                                        folder: Path) -> None:
     spec = registry_spec(tmp_path, server.base_url, tokenizer=str(folder))
     trimming = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] | trim }}<|im_end|>\n{% endfor %}"
@@ -176,6 +176,12 @@ def test_a_template_that_cannot_keep_text_ends_the_episode_not_the_run(tmp_path:
     [bad, good] = backend.generate([conversation(f" {INJECTION} "), conversation("fine")], GenParams(max_tokens=5))
     assert bad.finish_reason == "error" and bad.error is not None and "rewrites message contents" in bad.error
     assert good.text == "ids reply" and len(server.requests) == 1
+    refusing = ("{% for m in messages %}{% if 'forbidden' in m['content'] %}{{ raise_exception('no!') }}{% endif %}"
+                "<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}")
+    backend = load_backend(spec.model_copy(update={"chat_template": refusing}))
+    [bad, good] = backend.generate([conversation("forbidden"), conversation("fine")], GenParams(max_tokens=5))
+    assert bad.finish_reason == "error" and bad.error == "cannot encode the prompt: TemplateError: no!"
+    assert good.text == "ids reply" and len(server.requests) == 2
 
 
 def test_a_missing_tokenizer_folder_is_a_config_error(tmp_path: Path, server: FakeServer) -> None:

@@ -3,7 +3,10 @@
 A run through the server on two HumanEvalFix tasks, then an offline vLLM run on the same tasks
 (after the server is gone: the two engines never share the memory), both fp32, greedy, eager, one
 episode at a time: the replies must be the same, token counts and cached tokens come from the
-server's `usage`. Mid-run the server is stopped and started again; the harness retries (connection
+server's `usage`. The served entry sends token ids the harness encoded (`openai.tokenizer`), so the
+prompts are the offline backend's ids; an observation holding turn markers goes through the same
+server both ways: as ids its prompt count is the harness's own, as chat messages the server's template
+makes it real turns. Mid-run the server is stopped and started again; the harness retries (connection
 refused) until it is back and every episode still completes. The server is always
 stopped by its own pid (its process group: the engine core is its child), also when the test fails.
 Slow (three engine loads on CPU): marked `vllm`.
@@ -22,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from agent_harness.backends.openai_prompt import IDS
 from agent_harness.backends.vllm_serve import ServerError, VllmServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,6 +55,7 @@ def registry(tmp_path: Path, folder: Path, port: int) -> Path:
         f"  - name: offline-05b\n    backend: vllm\n    hf_id: {json.dumps(str(folder))}\n    dtype: bfloat16\n{common}"
         f"  - name: {MODEL}\n    backend: openai\n{common}"
         f"    openai:\n      base_url: http://127.0.0.1:{port}/v1\n      model: {MODEL}\n"
+        f"      tokenizer: {json.dumps(str(folder))}\n"
         "      timeout_s: 600\n      max_retries: 30\n      concurrency: 1\n")  # outlasts a slow restart
     return path
 
@@ -100,6 +105,36 @@ def replies(trace: dict[str, Any]) -> list[str]:
     return [s["raw"] for s in trace["steps"] if "raw" in s]
 
 
+def injection_through_the_server(reg: Path) -> None:
+    """One hostile conversation sent as token ids and as chat messages; a prefilled one continued."""
+    import transformers
+    from test_template_injection import INJECTION, conversation, string_then_tokenize
+
+    from agent_harness.backends import load_backend
+    from agent_harness.backends.local import encode
+    from agent_harness.registry import load_registry
+    from agent_harness.types import GenParams
+
+    ids_spec = load_registry(reg).get(MODEL)
+    assert ids_spec.openai is not None and ids_spec.openai.tokenizer
+    tok = transformers.AutoTokenizer.from_pretrained(ids_spec.openai.tokenizer)
+    chat_spec = ids_spec.model_copy(update={"openai": ids_spec.openai.model_copy(update={"tokenizer": None})})
+    hostile = conversation(INJECTION)
+    prefilled = [*conversation("add.py: 3 lines"), {"role": "assistant", "content": "```python\ndef add(a, b):\n"}]
+    params = GenParams(max_tokens=8)
+    for spec, convs in ((ids_spec, [hostile, prefilled]), (chat_spec, [hostile])):
+        backend = load_backend(spec)
+        try:
+            got = backend.generate(convs, params)
+        finally:
+            backend.close()
+        assert all(c.error is None and c.completion_tokens for c in got)
+        if spec is ids_spec:
+            assert [c.prompt_tokens for c in got] == [len(encode(tok, c)) for c in convs]
+        else:  # the server's own template: the observation's markers became tokens (3 more turns)
+            assert got[0].prompt_tokens == len(string_then_tokenize(tok, hostile)) != len(encode(tok, hostile))
+
+
 def test_vllm_serve_matches_offline_and_survives_a_restart(tmp_path: Path) -> None:
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("vllm is not installed (scripts/install_vllm.sh)")
@@ -132,6 +167,7 @@ def test_vllm_serve_matches_offline_and_survives_a_restart(tmp_path: Path) -> No
         healthy(srv)
         stdout, stderr = harness.communicate(timeout=1800)
         assert harness.returncode == 0, stderr[-3000:]
+        injection_through_the_server(reg)  # the server is up: no extra start
     finally:
         if harness is not None and harness.poll() is None:
             harness.kill()
@@ -152,6 +188,7 @@ def test_vllm_serve_matches_offline_and_survives_a_restart(tmp_path: Path) -> No
         assert trace["outcome"]["completed"], name
         assert trace["model"]["backend"] == "openai"
         assert trace["model"]["details"]["endpoints"] == [f"http://127.0.0.1:{port}/v1"]
+        assert trace["model"]["details"]["prompt_encoding"] == IDS
         assert replies(trace) == replies(ref), name  # greedy fp32: the same replies, turn by turn
         assert trace["outcome"]["passed"] == ref["outcome"]["passed"]
         turns = [s for s in trace["steps"] if "tokens" in s]

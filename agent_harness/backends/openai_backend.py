@@ -61,7 +61,7 @@ from ..errors import BackendError, BackendUnavailable, ConfigError, MissingExtra
 from ..settings import get_settings
 from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams, RequestMeta, row_seeds
 from .endpoint_pool import Endpoint, EndpointPool, Outcome
-from .local import context_full, new_token_budget
+from .local import context_full, first_line, new_token_budget
 from .openai_prompt import Prompt, PromptEncoder
 from .openai_reply import (
     ERROR_BODY_BYTES,
@@ -346,9 +346,10 @@ class OpenAIBackend:
         t0 = time.perf_counter()
         try:
             req = self.prompts.prompt(conv)
-        except BackendError as e:  # the tokenizer cannot keep this conversation's text as text
-            log.warning("%s", e)
-            return Completion("", None, None, "error", time.perf_counter() - t0, cached_tokens=None, error=str(e))
+        except Exception as e:  # the template refused this conversation, or cannot keep its text as text
+            msg = str(e) if isinstance(e, BackendError) else f"cannot encode the prompt: {one_line(first_line(e))}"
+            log.warning("%s", msg)
+            return Completion("", None, None, "error", time.perf_counter() - t0, cached_tokens=None, error=msg)
         if req.n_ids is not None:  # as on the local backends: the prompt and the reply share the context
             max_new = new_token_budget(req.n_ids, params.max_tokens, self.spec.context_length)
             if not max_new:

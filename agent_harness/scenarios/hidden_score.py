@@ -149,6 +149,8 @@ def run_hidden_test(source: str | None, module: str, entry_point: str, test: str
                                                               else f"exit code {res.returncode}"),
         details={"module": module, "returncode": res.returncode, "timed_out": res.timed_out,
                  "killed_reason": res.killed_reason, "duration_s": round(res.duration_s, 3),
-                 "completed": bool(report), "calls": calls if type(calls) is int else None,
+                 # completed: the test ran to its end (as in traces before the checker process); reported:
+                 # the checker said how it went, pass or fail
+                 "completed": reported_pass, "reported": bool(report), "calls": calls if type(calls) is int else None,
                  "sandbox": res.sandbox, **details},
     )

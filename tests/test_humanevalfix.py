@@ -241,7 +241,8 @@ def test_early_exit_and_missing_module_fail(ws_of) -> None:
     module = task.metadata["module"]
     write(ws, module, task.files[module] + "\nimport os\nos._exit(0)\n")
     res = SCENARIO.score(task, ws, [])
-    assert not res.passed and res.details["reported"] and not res.details["completed"]  # the checker, in its own process, reports it
+    # the checker, in its own process, reports the early exit
+    assert not res.passed and res.details["reported"] and not res.details["completed"]
     assert "exited with code 0 before it reported" in res.details["suspicious"]
     (Path(ws.root) / module).unlink()
     res = SCENARIO.score(task, ws, [])

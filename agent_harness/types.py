@@ -46,7 +46,8 @@ class GenParams:
     """Sampling parameters for one `generate` call (shared by the whole batch).
 
     `seed` is the seed of one request (`request_seed`); a batch gives each row its own through
-    `generate(..., seeds=...)`.
+    `generate(..., seeds=...)`. `chat_template`: a Jinja template that renders these requests instead
+    of the model's own (the calibrated single-shot's bigcode recipe); None: the model's.
     """
 
     max_tokens: int = 512
@@ -54,6 +55,7 @@ class GenParams:
     top_p: float = 1.0
     stop: tuple[str, ...] = ()
     seed: int | None = None
+    chat_template: str | None = None
 
     @property
     def greedy(self) -> bool:
@@ -102,7 +104,7 @@ class RequestMeta:
     """
 
     task: Task
-    strategy: str = "react"  # react | reflect | single_shot
+    strategy: str = "react"  # react | reflect | single_shot | single_shot_chat
     turn: int = 0
 
 

@@ -117,31 +117,34 @@ def continued(conv: Conversation) -> bool:
     return bool(conv) and conv[-1].get("role") == "assistant"
 
 
-def _render(tokenizer: Any, conv: Iterable[Any], go_on: bool = False) -> str:
-    return str(tokenizer.apply_chat_template(list(conv), add_generation_prompt=not go_on, tokenize=False))
+def _render(tokenizer: Any, conv: Iterable[Any], go_on: bool = False, template: str | None = None) -> str:
+    return str(tokenizer.apply_chat_template(list(conv), add_generation_prompt=not go_on, tokenize=False,
+                                             chat_template=template))
 
 
-def _rendered_prompt(tokenizer: Any, conv: Conversation) -> str:
+def _rendered_prompt(tokenizer: Any, conv: Conversation, template: str | None = None) -> str:
     """The prompt as one string (the template's own continuation when the last message is continued)."""
     if not continued(conv):
-        return _render(tokenizer, conv)
+        return _render(tokenizer, conv, template=template)
     try:
-        return str(tokenizer.apply_chat_template(list(conv), continue_final_message=True,
+        return str(tokenizer.apply_chat_template(list(conv), continue_final_message=True, chat_template=template,
                                                  add_generation_prompt=False, tokenize=False))
     except ValueError as e:
         raise BackendError(f"this model's chat template cannot continue an assistant message: {e}") from None
 
 
-def split_rendering(tokenizer: Any, conv: Conversation) -> list[tuple[str, bool]] | None:
+def split_rendering(tokenizer: Any, conv: Conversation, template: str | None = None) -> list[tuple[str, bool]] | None:
     """The rendered prompt as (text, is_content) pieces, or None if the template rewrites contents.
 
-    Continued (`continued(conv)`): the pieces end with the last message's content.
+    Continued (`continued(conv)`): the pieces end with the last message's content. `template`: a chat
+    template to render with instead of the tokenizer's own.
     """
     nonce = secrets.token_hex(8)
     marks = [f"\ue000{nonce}.{k}\ue001" for k in range(len(conv))]
     go_on = continued(conv)
     try:
-        skeleton = _render(tokenizer, ({**m, "content": mark} for m, mark in zip(conv, marks, strict=True)), go_on)
+        skeleton = _render(tokenizer, ({**m, "content": mark} for m, mark in zip(conv, marks, strict=True)), go_on,
+                           template)
     except Exception:  # a template that inspects contents may reject a mark: treat it as rewriting
         return None
     pieces: list[tuple[str, bool]] = []
@@ -153,23 +156,24 @@ def split_rendering(tokenizer: Any, conv: Conversation) -> list[tuple[str, bool]
         pieces += [(skeleton[pos:at], False), (m["content"], True)]
         pos = at + len(mark)
     tail = skeleton[pos:]  # continued: the end of the last turn, left out of the prompt
-    if "".join(text for text, _ in pieces) + tail != _render(tokenizer, conv, go_on):
+    if "".join(text for text, _ in pieces) + tail != _render(tokenizer, conv, go_on, template):
         return None
     if not go_on:
         pieces.append((tail, False))
     return pieces
 
 
-def chat_ids(tokenizer: Any, conv: Conversation) -> list[int]:
+def chat_ids(tokenizer: Any, conv: Conversation, template: str | None = None) -> list[int]:
     """Token ids of `conv` rendered with the generation prompt (or continuing its last message, an
-    assistant's); contents never become added tokens."""
+    assistant's) by the tokenizer's chat template, or by `template` when given; contents never become
+    added tokens (a template's own text may hold them: they are its turn markers)."""
     enc = text_encoder(tokenizer)
-    pieces = split_rendering(tokenizer, conv)
+    pieces = split_rendering(tokenizer, conv, template)
     if pieces is None:
         if any(enc.spells_token(m["content"]) for m in conv):
             raise BackendError("this model's chat template rewrites message contents, so a message that spells "
                                "a special token cannot be kept as text; refusing to encode it")
-        return list(tokenizer(_rendered_prompt(tokenizer, conv), add_special_tokens=False)["input_ids"])
+        return list(tokenizer(_rendered_prompt(tokenizer, conv, template), add_special_tokens=False)["input_ids"])
     ids: list[int] = []
     run: list[str] = []
     after_token = strip_next = False

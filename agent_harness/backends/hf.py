@@ -169,8 +169,8 @@ class HFBackend:
         return int(pad)
 
     # -- generation --------------------------------------------------------------------------
-    def encode(self, conv: Conversation) -> list[int]:
-        return encode(self.tokenizer, conv)
+    def encode(self, conv: Conversation, chat_template: str | None = None) -> list[int]:
+        return encode(self.tokenizer, conv, chat_template)
 
     def _sub_batches(self, rows: list[Row]) -> list[list[Row]]:
         """Longest first, so each sub-batch is padded to its first row's length."""
@@ -198,7 +198,8 @@ class HFBackend:
 
         if self.model is None:
             raise BackendUnavailable(f"transformers backend for '{self.spec.name}' is closed")
-        results, rows = plan_rows(self.encode, conversations, params, seeds, self.spec.context_length)
+        results, rows = plan_rows(lambda c: self.encode(c, params.chat_template), conversations, params, seeds,
+                                  self.spec.context_length)
         stops = stop_strings(params)
         pending = self._sub_batches(rows)
         while pending:

@@ -79,9 +79,10 @@ def load_tokenizer(transformers: Any, spec: ModelSpec, source: str) -> Any:
     return tokenizer
 
 
-def encode(tokenizer: Any, conv: Conversation) -> list[int]:
+def encode(tokenizer: Any, conv: Conversation, chat_template: str | None = None) -> list[int]:
     """Token ids of the rendered prompt (chat template + generation prompt, no padding); a conversation
     that ends with an assistant message is continued from its content (a prefilled reply).
+    `chat_template` (a request's `GenParams.chat_template`) renders it instead of the model's template.
 
     Only the template's own text can become special (added) tokens: message contents (observations,
     files, task text) that spell `<|im_start|>` stay text, so data cannot forge turns and the ids
@@ -89,7 +90,7 @@ def encode(tokenizer: Any, conv: Conversation) -> list[int]:
     """
     from .chat_ids import chat_ids
 
-    return chat_ids(tokenizer, conv)
+    return chat_ids(tokenizer, conv, chat_template)
 
 
 def new_token_budget(n_prompt: int, max_tokens: int, context_length: int) -> int:

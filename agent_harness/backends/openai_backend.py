@@ -345,7 +345,7 @@ class OpenAIBackend:
         """One request's Completion; a bad reply is a Completion with `error` set (its episode ends there)."""
         t0 = time.perf_counter()
         try:
-            req = self.prompts.prompt(conv)
+            req = self.prompts.prompt(conv, params.chat_template)
         except Exception as e:  # the template refused this conversation, or cannot keep its text as text
             msg = str(e) if isinstance(e, BackendError) else f"cannot encode the prompt: {one_line(first_line(e))}"
             log.warning("%s", msg)

@@ -8,7 +8,10 @@ set (the served model's tokenizer), a conversation is encoded by the local backe
 (contents stay text; a trailing assistant message is continued) and sent to ``/completions`` as
 ``prompt: [ids]``: the server computes on exactly those ids, and its `usage.prompt_tokens` is
 checked against their number. Unset (a foreign endpoint), the messages go to ``/chat/completions``
-as before. The trace header's `details.prompt_encoding` says which.
+as before. The trace header's `details.prompt_encoding` says which. A request's own chat template
+(`GenParams.chat_template`, the calibrated single-shot's) is used for the encoding here, or sent as
+vLLM's `chat_template` field in chat mode (`vllm serve` takes it only with
+--trust-request-chat-template; a server that refuses it answers 4xx, which stops the run with its message).
 """
 
 from __future__ import annotations
@@ -77,13 +80,16 @@ class PromptEncoder:
             return {"prompt_encoding": CHAT}
         return {"prompt_encoding": IDS, "tokenizer": self.source}
 
-    def prompt(self, conv: Conversation) -> Prompt:
-        """The prompt of `conv`; BackendError when it cannot be encoded without turning text into tokens."""
+    def prompt(self, conv: Conversation, chat_template: str | None = None) -> Prompt:
+        """The prompt of `conv` (rendered by `chat_template` when given, else the model's template);
+        BackendError when it cannot be encoded without turning text into tokens."""
         if self.tokenizer is None:
             fields: dict[str, Any] = {"messages": list(conv)}
             if continued(conv):  # vLLM's (and SGLang's) extension; an endpoint without it refuses the request
                 fields |= {"continue_final_message": True, "add_generation_prompt": False}
+            if chat_template is not None:
+                fields["chat_template"] = chat_template
             return Prompt(fields, prompt_token_bound(conv), None)
         with self._lock:
-            ids = encode(self.tokenizer, conv)
+            ids = encode(self.tokenizer, conv, chat_template)
         return Prompt({"prompt": ids}, len(ids), len(ids))

@@ -262,8 +262,8 @@ class VLLMBackend:
             return None
 
     # -- generation --------------------------------------------------------------------------
-    def encode(self, conv: Conversation) -> list[int]:
-        return encode(self.tokenizer, conv)
+    def encode(self, conv: Conversation, chat_template: str | None = None) -> list[int]:
+        return encode(self.tokenizer, conv, chat_template)
 
     def _sampling(self, params: GenParams, max_new: int, seed: int | None) -> Any:
         from vllm import SamplingParams
@@ -281,7 +281,8 @@ class VLLMBackend:
         """One Completion per conversation, in order, from a single `LLM.generate` call (row i seeded `seeds[i]`)."""
         if self.llm is None:
             raise BackendUnavailable(f"vllm backend for '{self.spec.name}' is closed")
-        results, rows = plan_rows(self.encode, conversations, params, seeds, self.spec.context_length)
+        results, rows = plan_rows(lambda c: self.encode(c, params.chat_template), conversations, params, seeds,
+                                  self.spec.context_length)
         if rows:
             prompts = [{"prompt_token_ids": r.ids} for r in rows]
             sampling = [self._sampling(params, r.max_new, r.seed) for r in rows]
@@ -298,7 +299,7 @@ class VLLMBackend:
                meta: RequestMeta | None = None) -> None:
         if self.llm is None:
             raise BackendUnavailable(f"vllm backend for '{self.spec.name}' is closed")
-        ids = self.encode(conversation)
+        ids = self.encode(conversation, params.chat_template)
         max_new = new_token_budget(len(ids), params.max_tokens, self.spec.context_length)
         if not max_new:
             self._ready.append((key, context_full(len(ids))))

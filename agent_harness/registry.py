@@ -145,6 +145,10 @@ class ModelSpec(_Strict):
     stop: list[str] = Field(default_factory=list, description="Extra stop strings.")
     aliases: list[str] = Field(default_factory=list)
     chat_template: str | None = Field(None, description="Jinja chat template overriding the model's.")
+    bigcode_prompt: str | None = Field(
+        None, exclude=True, description="bigcode-evaluation-harness `--prompt` recipe of the calibrated single-shot "
+        "(codeqwen); unset: bigcode's messages through the model's own template. Not in the model's fingerprint: "
+        "the strategies that use it record it in theirs.")
     temperature_schedule: list[float] | None = Field(
         None, description="Per-step temperatures (last one repeats); overrides `temperature`."
     )
@@ -152,6 +156,15 @@ class ModelSpec(_Strict):
     start_delay_s: float = Field(
         0.0, ge=0.0, exclude=True, description="scripted backend: its start waits this long for a child process "
         "(stands in for an engine loading, for tests of stop requests); not part of the fingerprint.")
+
+    @field_validator("bigcode_prompt")
+    @classmethod
+    def _recipe(cls, v: str | None) -> str | None:
+        from .scenarios.bigcode_prompt import recipes
+
+        if v is not None and v not in recipes():
+            raise ValueError(f"unknown recipe '{v}'; valid: {', '.join(recipes())}")
+        return v
 
     @model_validator(mode="after")
     def _backend_needs(self) -> ModelSpec:

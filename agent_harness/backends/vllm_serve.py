@@ -154,4 +154,6 @@ def openai_entry(spec: Any, name: str, base_url: str, concurrency: int,
         entry["temperature_schedule"] = list(spec.temperature_schedule)
     if spec.chat_template:
         entry["chat_template"] = spec.chat_template
+    if spec.bigcode_prompt:
+        entry["bigcode_prompt"] = spec.bigcode_prompt
     return entry

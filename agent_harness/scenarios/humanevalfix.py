@@ -33,6 +33,8 @@ from ..jsonl import read_jsonl
 from ..registry import PROJECT_ROOT
 from ..strategies import extract
 from ..types import Conversation, ScoreResult, Task
+from . import bigcode_prompt
+from .bigcode_prompt import FixPrompt
 from .hidden_score import HIDDEN_TIMEOUT_S, reference_helpers, run_hidden_test
 
 __all__ = ["DATA_FILE", "DATA_SHA256", "SCENARIO", "HumanEvalFix", "build_task", "load_rows", "reference_helpers",
@@ -265,6 +267,8 @@ def build_task(row: dict[str, Any], index: int, scenario: str = "humanevalfix", 
             "hidden_test": row["test"],
             "helpers": reference_helpers(fixed, ep),
             "timeout_s": timeout_s,
+            # the row's `import` field (empty in bigcode's Python rows): kept apart for bigcode's prompt
+            **({"import_prefix": _prefix(row)} if _prefix(row) else {}),
         },
     )
 
@@ -311,11 +315,22 @@ class HumanEvalFix:
                                md["hidden_test"], float(md.get("timeout_s", self.timeout_s)),
                                helpers=str(md.get("helpers", "")))
 
+    # The calibrated single-shot (`--agent single-shot`): bigcode's own prompt and post-processing.
+    def fix_prompt(self, task: Task) -> FixPrompt:
+        return bigcode_prompt.task_prompt(task)
+
+    def apply_program(self, task: Task, ws: Workspace, module: str) -> None:
+        """Write the module bigcode's post-processing made of the completion (whatever it holds)."""
+        from ..tools import put_file
+
+        put_file(ws, task.metadata["module"], module)
+
+    # The chat-style single-shot (`--agent single-shot-chat`) and reflect's chat prompt.
     def single_shot_prompt(self, task: Task) -> Conversation:
-        """bigcode-evaluation-harness HumanEvalFixTests, `instruct` prompt: the buggy function, its
-        tests, then "Fix bugs in <entry_point>.". The trailing declaration that prompt ends with is
-        left out: chat backends cannot pre-fill the reply; the system message asks for a code block.
-        Under the docs label (HumanEvalFixDocs) the function carries its docstring and no tests follow."""
+        """A chat version of bigcode's `instruct` prompt: the buggy function, its tests, then "Fix bugs
+        in <entry_point>.". The declaration that prompt ends with is left out and the system message
+        asks for a code block instead. Under the docs label (HumanEvalFixDocs) the function carries its
+        docstring and no tests follow."""
         md = task.metadata
         context = task.files[md["module"]] + ("" if md.get("docs") else "\n" + md["hidden_test"])
         user = (context + "\n" + f"Fix bugs in {md['entry_point']}.").strip()

@@ -80,12 +80,18 @@ def add_run_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         "--out split a run; each summary covers every trace there, the last one all of them")
     p.add_argument("--concurrency", type=int, default=16, help="episodes in flight per model")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--agent", choices=["react", "reflect", "single-shot", "reflect-react"], default=None,
+    p.add_argument("--agent", choices=["react", "reflect", "single-shot", "single-shot-chat", "reflect-react"],
+                   default=None,
                    help="strategy: react (tools, the default), reflect (whole function, visible tests, "
-                        "reflect on the failing check, --iters times), single-shot (one completion, no tools), "
+                        "reflect on the failing check, --iters times), single-shot (one completion, no tools, "
+                        "asked and post-processed as bigcode-evaluation-harness does: the baseline), "
+                        "single-shot-chat (the earlier chat-style single-shot: a code block asked for), "
                         "reflect-react (reflect; when it fails, the files put back and react)")
     p.add_argument("--iters", type=int, default=None,
                    help="reflect, reflect-react: reflect's model turns per episode (default 4)")
+    p.add_argument("--reflect-draft", choices=["chat", "bigcode"], default=None,
+                   help="reflect, reflect-react: how the first turn asks: chat (the default: the task, a code "
+                        "block asked for) or bigcode (as single-shot asks: the declaration prefilled)")
     p.add_argument("--mode", choices=["agent", "single-shot"], default=None,
                    help="older spelling: --mode agent = --agent react, --mode single-shot = --agent single-shot")
     p.add_argument("--dataset-path", type=Path, default=None,
@@ -137,13 +143,16 @@ def _positive(name: str, value: int | None, allow_zero: bool = False) -> None:
 
 
 def _strategy(args: argparse.Namespace) -> str:
-    """react | reflect | single_shot | reflect_react from --agent, or from its older spelling --mode."""
+    """react | reflect | single_shot | single_shot_chat | reflect_react from --agent, or from its older
+    spelling --mode."""
     old = {"agent": "react", "single-shot": "single-shot"}.get(args.mode) if args.mode else None
     if args.agent and old and args.agent != old:
         raise ConfigError(f"--agent {args.agent} and --mode {args.mode} disagree; use --agent alone")
     strategy = (args.agent or old or "react").replace("-", "_")
     if args.iters is not None and strategy not in ("reflect", "reflect_react"):
         raise ConfigError("--iters applies to --agent reflect and reflect-react only")
+    if args.reflect_draft is not None and strategy not in ("reflect", "reflect_react"):
+        raise ConfigError("--reflect-draft applies to --agent reflect and reflect-react only")
     _positive("iters", args.iters)
     return strategy
 
@@ -183,7 +192,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         out=args.out, resume=args.resume, shard=args.shard, concurrency=args.concurrency, seed=args.seed,
         embed=not args.no_embed,
         strategy=strategy, dataset_path=args.dataset_path, dataset_hub=args.dataset_hub,
-        reflect=ReflectConfig(iters=args.iters) if args.iters is not None else ReflectConfig(),
+        reflect=ReflectConfig(**({"iters": args.iters} if args.iters is not None else {}),
+                              draft=args.reflect_draft or "chat"),
         workers=args.workers,
         backend=args.backend, streaming=not args.no_streaming,
         progress=not args.no_progress and sys.stderr.isatty(),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +16,12 @@ from .registry import ModelSpec
 from .scenarios import SingleShot, TaskQuery, get_scenario
 from .strategies.react import AgentConfig
 from .strategies.reflect import ReflectConfig, require_reflectable
+from .strategies.single_shot import Calibrated, recipe_record
 from .trace import resume_status, set_aside, task_slugs, trace_path
 from .trace_io import trace_paths
 from .types import Task
 
-STRATEGIES = ("react", "reflect", "single_shot", "reflect_react")
+STRATEGIES = ("react", "reflect", "single_shot", "single_shot_chat", "reflect_react")
 REFLECTING = ("reflect", "reflect_react")  # the strategies that run the reflect loop (its config, its scenarios)
 
 
@@ -40,7 +41,7 @@ class RunConfig:
     concurrency: int = 16
     seed: int = 0
     embed: bool = True
-    strategy: str = "react"  # react (the tool agent) | reflect | single_shot | reflect_react
+    strategy: str = "react"  # react (the tool agent) | reflect | single_shot | single_shot_chat | reflect_react
     dataset_path: Path | None = None
     dataset_hub: bool = False  # HumanEvalFix from the Hugging Face Hub instead of the vendored copy
     agent: AgentConfig = field(default_factory=AgentConfig)
@@ -93,8 +94,12 @@ def plan_jobs(cfg: RunConfig) -> Iterator[tuple[str, str, list[Job]]]:
         for label in wanted:
             if label not in scenario.labels:
                 continue
-            if cfg.strategy == "single_shot" and not isinstance(scenario, SingleShot):
+            if cfg.strategy == "single_shot_chat" and not isinstance(scenario, SingleShot):
                 raise ConfigError(f"scenario '{name}' has no single-shot baseline")
+            if (cfg.strategy == "single_shot" or (cfg.strategy in REFLECTING and cfg.reflect.draft == "bigcode")) \
+                    and not isinstance(scenario, Calibrated):
+                raise ConfigError(f"scenario '{name}' has no bigcode-style prompt (single-shot, --reflect-draft "
+                                  "bigcode); --agent single-shot-chat asks it in chat form")
             if cfg.strategy in REFLECTING:
                 require_reflectable(name, scenario, cfg.strategy.replace("_", "-"))
             query = TaskQuery(label=label, n=cfg.n, task_ids=cfg.task_ids, dataset_path=cfg.dataset_path,
@@ -108,10 +113,19 @@ def plan_jobs(cfg: RunConfig) -> Iterator[tuple[str, str, list[Job]]]:
             ]
 
 
+def strategy_options(cfg: RunConfig, spec: ModelSpec) -> dict[str, Any] | None:
+    """The fingerprint's block of the strategy's own options: reflect's (its draft only when it is not the
+    default chat draft, so earlier reflect traces still match), the calibrated single-shot's prompt recipe."""
+    if cfg.strategy in REFLECTING:
+        return cfg.reflect.for_model(spec.bigcode_prompt).fingerprint()
+    if cfg.strategy == "single_shot":
+        return recipe_record(spec.bigcode_prompt)
+    return None
+
+
 def model_jobs(cfg: RunConfig, spec: ModelSpec, planned: list[Job]) -> list[Job]:
     """`planned` for one model: each job with its trace path and fingerprint; stale temp files removed."""
-    run_cfg = run_config(spec, cfg.backend, cfg.mode, cfg.agent, cfg.seed,
-                         asdict(cfg.reflect) if cfg.strategy in REFLECTING else None)
+    run_cfg = run_config(spec, cfg.backend, cfg.mode, cfg.agent, cfg.seed, strategy_options(cfg, spec))
     slugs: dict[tuple[str, str], dict[str, str]] = {}
     for j in planned:
         slugs.setdefault((j.scenario, j.task.label), {})[j.task.id] = ""

@@ -16,7 +16,7 @@ from .sandbox import describe_bounds
 from .strategies.chain import ReflectThenReact
 from .strategies.react import Episode
 from .strategies.reflect import ReflectEpisode
-from .strategies.single_shot import SingleShotEpisode
+from .strategies.single_shot import ChatSingleShotEpisode, SingleShotEpisode
 from .trace import SCHEMA_VERSION, harness_version
 from .trace_model import AgentInfo, Fingerprint, Generation, Mode, ModelInfo, Outcome, Prompt, Sandbox, Strategy, Trace
 from .types import BackendInfo, GenParams, Task
@@ -36,7 +36,7 @@ class Live:
     """One running episode and the trace that mirrors it on disk."""
 
     job: Job
-    episode: Episode | SingleShotEpisode | ReflectEpisode | ReflectThenReact | Unstarted
+    episode: Episode | SingleShotEpisode | ChatSingleShotEpisode | ReflectEpisode | ReflectThenReact | Unstarted
     trace: Trace
     started: float = field(default_factory=time.monotonic)
     vectors: list[list[float]] | None = None  # step embeddings, once the episode is done

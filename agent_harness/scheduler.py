@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import asdict, replace
+from dataclasses import replace
 from typing import Any
 
 from .errors import BackendError
@@ -22,7 +22,7 @@ from .scenarios import Scenario, get_scenario
 from .strategies.chain import ReflectThenReact
 from .strategies.react import Episode
 from .strategies.reflect import ReflectEpisode, require_reflectable
-from .strategies.single_shot import SingleShotEpisode
+from .strategies.single_shot import Calibrated, ChatSingleShotEpisode, SingleShotEpisode
 from .text import error_message, error_text, safe_text
 from .trace import BACKEND_FAULT, UNSCORED_BACKEND, write_json_atomic
 from .trace_model import Embeddings, ScoreError, Trace
@@ -96,18 +96,24 @@ class ModelRun:
         """A live episode with its first trace written; never raises (a set-up fault ends it at once)."""
         ws: Workspace | None = None
         params = self.spec.gen_params(seed=self.cfg.seed)  # the run seed; each request's derives from it
+        reflect = self.cfg.reflect.for_model(self.spec.bigcode_prompt)
         try:
             ws = Workspace.create(job.task.files, test_cmd=job.task.test_cmd)
-            ep: Episode | SingleShotEpisode | ReflectEpisode | ReflectThenReact
+            ep: Episode | SingleShotEpisode | ChatSingleShotEpisode | ReflectEpisode | ReflectThenReact
+            shot = replace(params, seed=request_seed(self.cfg.seed, job.task.id, job.sample, 0))
             if self.cfg.strategy == "single_shot":
-                shot = replace(params, seed=request_seed(self.cfg.seed, job.task.id, job.sample, 0))
-                ep = SingleShotEpisode(job.task, ws, shot, self.scenario(job))
+                scenario = self.scenario(job)
+                if not isinstance(scenario, Calibrated):
+                    raise TypeError(f"scenario '{job.scenario_name}' has no bigcode-style prompt")
+                ep = SingleShotEpisode(job.task, ws, shot, scenario, self.spec.bigcode_prompt)
+            elif self.cfg.strategy == "single_shot_chat":
+                ep = ChatSingleShotEpisode(job.task, ws, shot, self.scenario(job))
             elif self.cfg.strategy == "reflect":
                 ep = ReflectEpisode(job.task, ws, params, require_reflectable(job.scenario_name, self.scenario(job)),
-                                    self.cfg.reflect, self.cfg.agent.tool_options, sample=job.sample)
+                                    reflect, self.cfg.agent.tool_options, sample=job.sample)
             elif self.cfg.strategy == "reflect_react":
                 ep = ReflectThenReact(job.task, ws, params, require_reflectable(job.scenario_name, self.scenario(job)),
-                                      self.cfg.reflect, self.cfg.agent, self.spec.temperature_schedule, job.sample)
+                                      reflect, self.cfg.agent, self.spec.temperature_schedule, job.sample)
             else:
                 ep = Episode(job.task, ws, params, self.cfg.agent, temperature_schedule=self.spec.temperature_schedule,
                              sample=job.sample)
@@ -115,7 +121,9 @@ class ModelRun:
                               ep.demo)
             trace.prompt.task = ep.user_prompt
             if isinstance(ep, ReflectEpisode | ReflectThenReact):
-                trace.agent.reflect = asdict(self.cfg.reflect)
+                trace.agent.reflect = reflect.record()
+            if isinstance(ep, SingleShotEpisode):
+                trace.agent.single_shot, trace.prompt.prefill = ep.record(), ep.prefill
             live = Live(job, ep, trace)
         except Exception as e:
             if ws is not None:

@@ -8,8 +8,11 @@ name the fields they read here, and the export's typed columns are fields of the
 Schema versions: 1.1 added the "submit_check" step type, 1.2 cached prompt token counts, 1.3 the run
 configuration fingerprint and files named by task id, 1.4 the "initial_tests" step (react's test run
 before the first turn), 1.5 the "restart" step (react began the conversation again), 1.6 the reflect_react
-strategy (steps carry their `phase`; a "handoff" step between the phases). Fields an older trace may
-lack have defaults, so the generated schema validates 1.0-1.6 traces alike.
+strategy (steps carry their `phase`; a "handoff" step between the phases), 1.7 the calibrated single-shot
+(strategy single_shot now asks as bigcode-evaluation-harness does: `agent.single_shot` names its prompt
+recipe, `prompt.prefill` the assistant turn's start) and single_shot_chat, the earlier chat-style
+single-shot (a single_shot trace before 1.7 is that one). Fields an older trace may lack have defaults,
+so the generated schema validates 1.0-1.7 traces alike.
 
 Presence is deliberate: a field marked `OMIT_UNSET` is written only once it has been set (an outcome
 gets `score_details` or `score_error` only from scoring, the agent block `reflect` only under that
@@ -27,14 +30,14 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 from pydantic.json_schema import GenerateJsonSchema
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
-SchemaVersion = Literal["1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6"]
-SCHEMA_VERSION: SchemaVersion = "1.6"
-READABLE_VERSIONS: tuple[str, ...] = ("1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6")
+SchemaVersion = Literal["1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7"]
+SCHEMA_VERSION: SchemaVersion = "1.7"
+READABLE_VERSIONS: tuple[str, ...] = ("1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7")
 StepType = Literal["thought", "tool_call", "tool_result", "final", "parse_error", "submit_check", "attempt",
                    "feedback", "initial_tests", "restart", "handoff"]
 ExitReason = Literal["submitted", "max_steps", "budget", "context", "error"]
-Mode = Literal["agent", "single_shot", "reflect", "reflect_react"]
-Strategy = Literal["react", "reflect", "single_shot", "reflect_react"]
+Mode = Literal["agent", "single_shot", "single_shot_chat", "reflect", "reflect_react"]
+Strategy = Literal["react", "reflect", "single_shot", "single_shot_chat", "reflect_react"]
 Sandbox = Literal["bwrap", "rlimit", "none"]
 
 OMIT_UNSET = "omit-unset"  # Annotated/Field metadata: the key is written only after the field was set
@@ -189,7 +192,11 @@ class AgentInfo(_Part):
     restart_after: int | None = _omit_unset(description="react: after this many stale writes in a row the "
                                             "conversation began again from the task, the files as given (1.5).")
     reflect: dict[str, Any] = _omit_unset(default_factory=dict,
-                                          description="reflect only: iters, temperatures, seed_stride.")
+                                          description="reflect only: iters, temperatures, draft (chat or bigcode: "
+                                          "how the first turn asks, 1.7; bigcode adds prompt and recipe).")
+    single_shot: dict[str, Any] = _omit_unset(
+        default_factory=dict, description="single_shot only (1.7): prompt 'bigcode' and the recipe of bigcode's "
+        "--prompt it was rendered with (codeqwen, ...), or model_chat_template (the model's own template).")
 
 
 class ChatTurn(TypedDict):
@@ -203,6 +210,8 @@ class Prompt(_Part):
     task: str
     demo: list[ChatTurn] = Field(default_factory=list,
                                  description="Worked-example chat turns shown before the task (demo.py).")
+    prefill: str | None = _omit_unset(description="single_shot (1.7): the start of the assistant turn the model "
+                                      "continued (the function's declaration).")
 
 
 class Embeddings(_Part):

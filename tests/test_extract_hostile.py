@@ -50,6 +50,6 @@ def test_reflect_judges_each_hostile_reply_and_goes_on(tmp_path: Path) -> None:
 
 def test_single_shot_scores_a_hostile_reply_as_a_failure(tmp_path: Path) -> None:
     for name, reply in (("deep", DEEP), ("unclosed", UNCLOSED)):
-        outcome = run(tmp_path / name, "single-shot", [reply])["outcome"]
+        outcome = run(tmp_path / name, "single-shot-chat", [reply])["outcome"]  # the one that extracts code
         assert outcome["exit_reason"] == "submitted" and outcome["error"] is None, (name, outcome["error"])
         assert outcome["completed"] is True and outcome["passed"] is False, name

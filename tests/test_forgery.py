@@ -18,7 +18,7 @@ from agent_harness.scenarios.hidden_score import reference_helpers, run_hidden_t
 from agent_harness.scenarios.humanevalfix import SCENARIO
 
 ROOT = Path(__file__).resolve().parent.parent
-STRATEGIES = ["react", "reflect", "single-shot", "reflect-react"]
+STRATEGIES = ["react", "reflect", "single-shot-chat", "reflect-react"]  # single-shot: tests/test_bigcode_prompt.py
 
 # An object that every comparison and every arithmetic step the hidden tests make lets through.
 ANYTHING = '''class Anything:

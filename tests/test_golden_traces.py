@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).parent / "data" / "golden_traces"
-STRATEGIES = ("react", "reflect", "single-shot", "reflect-react")
+STRATEGIES = ("react", "reflect", "single-shot", "single-shot-chat", "reflect-react")
 # Values that differ between two runs of the same code, or between commits of behaviour-equal code.
 VOLATILE = {"run_id", "timestamp", "latency_s", "elapsed_seconds", "duration_s", "harness_version", "hash",
             "run_hash", "memory_cgroup"}

@@ -10,8 +10,10 @@
 Each request's ``RequestMeta`` (``generate(..., meta=...)``) names its episode's task, strategy and
 turn: the oracle replays that task's calls, a per-task script that task's replies, and the k-th turn
 gets the k-th reply. Under the reflect and single-shot strategies the oracle answers with the
-reference file in a ```python block and ``null`` with no code. Without meta the turn is the number of
-assistant messages so far, and the oracle, which needs its task, refuses.
+reference file in a ```python block and ``null`` with no code; to a prefilled assistant turn (the
+calibrated single-shot, reflect's bigcode draft) the oracle answers with the rest of the reference file,
+continuing the prefill as a model would. Without meta the turn is the number of assistant messages so
+far, and the oracle, which needs its task, refuses.
 """
 
 from __future__ import annotations
@@ -74,6 +76,9 @@ class ScriptedBackend:
         turn = meta.turn if meta is not None else sum(m["role"] == "assistant" for m in conv)
         if meta is not None and meta.strategy != "react" and self.mode in ("oracle", "null"):
             writes = [c["args"]["content"] for c in meta.task.oracle if c["tool"] == "write_file"]
+            prefill = conv[-1]["content"] if conv and conv[-1]["role"] == "assistant" else None
+            if self.mode == "oracle" and writes and prefill is not None and writes[-1].startswith(prefill):
+                return writes[-1][len(prefill):]
             if self.mode == "oracle" and writes:
                 return f"Here is the fixed code:\n```python\n{writes[-1]}\n```"
             return "The code looks correct to me as it is."

@@ -6,6 +6,9 @@ and tested in the sandbox. On a failure the next prompt holds only the task, the
 code and the failing check, not the whole history: small models copy what their context holds.
 A version already tried gets "try a different approach" with its known failure instead of a
 second test run. Temperature rises per iteration (seeded; both recorded on each attempt step).
+With `draft="bigcode"` (--reflect-draft bigcode) the first turn is asked as the calibrated single-shot
+asks (the declaration prefilled, bigcode's stop words and post-processing); the turns after it are
+asked in chat form as usual, the draft shown as the last attempt.
 
 `ReflectEpisode` has the shape of `agent.Episode` (prompt, gen_params, advance, done, steps, ...),
 so the runner's tick and streaming loops run it unchanged. Scenarios opt in by implementing
@@ -22,10 +25,11 @@ from typing import Any, Protocol, runtime_checkable
 from ..episode import EpisodeState
 from ..errors import ConfigError, ToolError
 from ..scenarios import SingleShot
+from ..scenarios.bigcode_prompt import FixPrompt
 from ..tools import ToolOptions, failure_summary, put_file, run_tool, syntax_error
 from ..types import Completion, Conversation, GenParams, Message, Task, request_seed
 from ..workspace import Workspace
-from .single_shot import MIN_TOKENS
+from .single_shot import MIN_TOKENS, Calibrated, bigcode_params, recipe_record
 
 ASK = "Reply with the complete fixed function in one ```python code block."
 MAX_FAILURE_CHARS = 800
@@ -56,18 +60,48 @@ def require_reflectable(name: str, scenario: object, strategy: str = "reflect") 
     return scenario
 
 
+DRAFTS = ("chat", "bigcode")
+
+
 @dataclass(frozen=True)
 class ReflectConfig:
-    """`iters` model turns at most; iteration i samples at max(model temperature, temperatures[i])."""
+    """`iters` model turns at most; iteration i samples at max(model temperature, temperatures[i]).
+
+    `draft`: how the first turn asks. "chat": the chat prompt every turn uses (the task, a code block
+    asked for). "bigcode": the calibrated single-shot's prompt (bigcode's, the declaration prefilled, its
+    stop words and post-processing), with `recipe` the model's `bigcode_prompt` (set per model).
+    """
 
     iters: int = 4
     temperatures: tuple[float, ...] = (0.0, 0.4, 0.7, 1.0)  # the last one repeats
+    draft: str = "chat"
+    recipe: str | None = None
 
     def __post_init__(self) -> None:
         if self.iters < 1:
             raise ConfigError(f"--iters must be > 0, got {self.iters}")
         if not self.temperatures or any(not 0.0 <= t <= 2.0 for t in self.temperatures):
             raise ConfigError("reflect temperatures must be between 0 and 2")
+        if self.draft not in DRAFTS:
+            raise ConfigError(f"--reflect-draft must be one of {', '.join(DRAFTS)}, got {self.draft!r}")
+
+    def for_model(self, recipe: str | None) -> ReflectConfig:
+        """This config for a model whose `bigcode_prompt` is `recipe` (it matters to the bigcode draft only)."""
+        return replace(self, recipe=recipe) if self.draft == "bigcode" else self
+
+    def record(self) -> dict[str, Any]:
+        """The trace's `agent.reflect` block."""
+        out: dict[str, Any] = {"iters": self.iters, "temperatures": list(self.temperatures), "draft": self.draft}
+        if self.draft == "bigcode":
+            out |= recipe_record(self.recipe)
+        return out
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The fingerprint's block: the default chat draft is left out, so earlier traces still match."""
+        out = self.record()
+        if self.draft == "chat":
+            del out["draft"]
+        return out
 
 
 def _norm(source: str) -> str:
@@ -119,6 +153,11 @@ class ReflectEpisode(EpisodeState):
     _tried: dict[str, tuple[int, str, bool]] = field(default_factory=dict)  # code -> attempt, failure, valid
 
     def __post_init__(self) -> None:
+        self.draft: FixPrompt | None = None  # the first turn's bigcode-style prompt (--reflect-draft bigcode)
+        if self.config.draft == "bigcode":
+            if not isinstance(self.scenario, Calibrated):
+                raise ConfigError("--reflect-draft bigcode needs a scenario with a bigcode-style prompt")
+            self.draft = self.scenario.fix_prompt(self.task)
         self.task_messages: Conversation = self.scenario.single_shot_prompt(self.task)
         self.system_prompt = next((m["content"] for m in self.task_messages if m["role"] == "system"), "")
         self.user_prompt = self.task_messages[-1]["content"]
@@ -128,6 +167,8 @@ class ReflectEpisode(EpisodeState):
                                    "stop": ()})
 
     def prompt(self) -> Conversation:
+        if self.draft is not None and self.turn == 0:
+            return self.draft.conversation()
         if self._last is None:
             return list(self.task_messages)
         return [*self.task_messages, self._last, {"role": "user", "content": self._feedback}]
@@ -137,16 +178,19 @@ class ReflectEpisode(EpisodeState):
         temp = max(self.params.temperature, cfg.temperatures[min(self.turn, len(cfg.temperatures) - 1)])
         seed = None if self.params.seed is None else request_seed(self.params.seed, self.task.id, self.sample,
                                                                      self.turn)
-        if temp == self.params.temperature and seed == self.params.seed:
-            return self.params
-        return GenParams(**{**asdict(self.params), "temperature": temp, "seed": seed})
+        params = self.params
+        if self.draft is not None and self.turn == 0:
+            params = bigcode_params(params, self.config.recipe)
+        if temp == params.temperature and seed == params.seed:
+            return params
+        return replace(params, temperature=temp, seed=seed)
 
     def advance(self, c: Completion) -> list[dict[str, Any]]:
         """Consume one reply: extract, check, write, test; then the feedback for the next turn."""
         first = len(self.steps)
         params = self.gen_params()
         self._count(c)
-        source = self.scenario.fixed_source(self.task, c.text)
+        source = self._source(c.text)
         self._step("attempt", source or "", raw=c.text, finish_reason=c.finish_reason, latency_s=c.latency_s,
                    tokens=c.token_counts(), temperature=params.temperature, seed=params.seed)
         if c.finish_reason == "length" and c.completion_tokens == 0:
@@ -169,6 +213,13 @@ class ReflectEpisode(EpisodeState):
         if not self.done and self.turn >= self.config.iters:
             self.exit_reason = "max_steps"
         return self.steps[first:]
+
+    def _source(self, completion: str) -> str | None:
+        """The module a reply stands for; a bigcode draft is post-processed as bigcode does (no body: no code)."""
+        if self.draft is not None and self.turn == 0:
+            program = self.draft.program(completion)
+            return program + "\n" if program != self.draft.prefill else None
+        return self.scenario.fixed_source(self.task, completion)
 
     def _evaluate(self, source: str | None) -> tuple[str, str, str | None]:
         """(check, the message for the model, the test output when the tests ran)."""

@@ -1,23 +1,90 @@
-"""The single-shot baseline as an episode: no tools, one completion, applied to the workspace.
+"""The single-shot baselines as episodes: no tools, one completion, applied to the workspace.
 
-A step function over `EpisodeState` like `agent.Episode` and `reflect.ReflectEpisode`, so the runner's
-batched and streaming loops run it unchanged and its trace has the same form: one `final` step.
+- `SingleShotEpisode` (``--agent single-shot``, strategy ``single_shot``): calibrated to
+  bigcode-evaluation-harness. The model gets bigcode's prompt for its family (the registry's
+  `bigcode_prompt` recipe, rendered by the recipe's own chat template; without one, the same two
+  messages through the model's template), continues the prefilled declaration, stops at bigcode's
+  stop words, and the completion is post-processed as bigcode does (scenarios/bigcode_prompt.py).
+- `ChatSingleShotEpisode` (``--agent single-shot-chat``, strategy ``single_shot_chat``): the earlier
+  baseline, kept for continuity: a system message asks for the fixed function in a code block, which
+  is extracted and applied. Traces of strategy ``single_shot`` before schema 1.7 were this one.
+
+Step functions over `EpisodeState` like `react.Episode` and `reflect.ReflectEpisode`, so the runner's
+batched and streaming loops run them unchanged and their traces have the same form: one `final` step.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ..episode import EpisodeState
+from ..scenarios.bigcode_prompt import MODEL_TEMPLATE, STOP_WORDS, FixPrompt, chat_template
 from ..types import Completion, Conversation, GenParams, Task
-from ..workspace import Workspace
+
+if TYPE_CHECKING:
+    from ..workspace import Workspace
 
 MIN_TOKENS = 768  # room for a whole function and a few words around it
 
 
+@runtime_checkable
+class Calibrated(Protocol):
+    """A scenario that can be asked as bigcode-evaluation-harness asks it (HumanEvalFix and its kin)."""
+
+    def fix_prompt(self, task: Task) -> FixPrompt: ...
+
+    def apply_program(self, task: Task, ws: Workspace, module: str) -> None: ...
+
+
+def recipe_record(recipe: str | None) -> dict[str, Any]:
+    """The trace's record of the prompt a bigcode-style request used."""
+    return {"prompt": "bigcode", "recipe": recipe or MODEL_TEMPLATE}
+
+
+def bigcode_params(params: GenParams, recipe: str | None) -> GenParams:
+    """`params` for a bigcode-style request: its stop words, its recipe's template, room for a function."""
+    return replace(params, max_tokens=max(params.max_tokens, MIN_TOKENS), stop=STOP_WORDS,
+                   chat_template=chat_template(recipe))
+
+
 @dataclass
 class SingleShotEpisode(EpisodeState):
+    task: Task
+    ws: Workspace
+    params: GenParams
+    scenario: Calibrated
+    recipe: str | None = None  # the model's `bigcode_prompt`; None: its own chat template
+
+    def __post_init__(self) -> None:
+        self.fix = self.scenario.fix_prompt(self.task)
+        self.messages: Conversation = self.fix.conversation()
+        self.system_prompt = ""
+        self.user_prompt = self.fix.user
+        self.prefill = self.fix.prefill
+        self.params = bigcode_params(self.params, self.recipe)
+
+    def record(self) -> dict[str, Any]:
+        return recipe_record(self.recipe)
+
+    def prompt(self) -> Conversation:
+        return list(self.messages)
+
+    def gen_params(self) -> GenParams:
+        return self.params
+
+    def advance(self, c: Completion) -> list[dict[str, Any]]:
+        self.scenario.apply_program(self.task, self.ws, self.fix.module(c.text))
+        self._step("final", self.fix.program(c.text), raw=c.text, finish_reason=c.finish_reason,
+                   latency_s=c.latency_s, tokens=c.token_counts())
+        self._count(c)
+        context_full = c.finish_reason == "length" and c.completion_tokens == 0
+        self.turn, self.exit_reason = 1, "context" if context_full else "submitted"
+        return self.steps
+
+
+@dataclass
+class ChatSingleShotEpisode(EpisodeState):
     task: Task
     ws: Workspace
     params: GenParams
@@ -28,8 +95,7 @@ class SingleShotEpisode(EpisodeState):
         self.system_prompt = next((m["content"] for m in self.messages if m["role"] == "system"), "")
         self.user_prompt = self.messages[-1]["content"]
         # No stop strings: the agent protocol's would cut a plain answer.
-        self.params = GenParams(**{**asdict(self.params), "max_tokens": max(self.params.max_tokens, MIN_TOKENS),
-                                   "stop": ()})
+        self.params = replace(self.params, max_tokens=max(self.params.max_tokens, MIN_TOKENS), stop=())
 
     def prompt(self) -> Conversation:
         return list(self.messages)

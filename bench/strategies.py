@@ -63,7 +63,8 @@ class Config:
 
 
 CONFIGS: dict[str, Config] = {
-    "single-shot": Config(("--agent", "single-shot")),
+    "single-shot": Config(("--agent", "single-shot")),  # bigcode's recipe (the calibrated baseline)
+    "single-shot-chat": Config(("--agent", "single-shot-chat")),  # the chat-style one of earlier tables
     "reflect": Config(("--agent", "reflect")),
     "react-full": Config(("--agent", "react", "--history", "full")),
     "react-condensed": Config(("--agent", "react", "--history", "condensed")),

@@ -19,7 +19,6 @@ Nothing here touches the network: the transport hands over byte chunks (`capped`
 from __future__ import annotations
 
 import json
-import re
 import time
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
@@ -28,6 +27,7 @@ from typing import Any
 
 from ..errors import BackendError
 from ..text import safe_text
+from ..trace_io import too_deep
 
 MAX_DEPTH = 32  # an OpenAI reply nests about 5 deep
 BASE_BYTES = 64 << 10  # the envelope, role and usage chunks, keep-alive comments
@@ -42,9 +42,6 @@ TEMPLATE_TOKENS = 1024  # a chat template's own tokens (roles, a default system 
 TOKENS_PER_MESSAGE = 16
 
 # a string, closed or not (an unclosed one runs to the end): linear, no backtracking
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"?', re.S)
-_PARENS = bytes.maketrans(b"[{]}", b"(())")
-_NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
 
 
 class BadReply(BackendError):
@@ -123,28 +120,10 @@ def _line(raw: bytearray) -> str:
     return (raw[:-1] if raw.endswith(b"\r") else raw).decode("utf-8", "replace")
 
 
-def too_deep(raw: bytes, limit: int = MAX_DEPTH) -> bool:
-    """Whether JSON text `raw` could make a parser recurse more than about 2 x `limit` levels.
-
-    Strings are removed, brackets kept, then matched pairs peeled off one level per pass (each pass
-    one C-speed `replace`, at most `limit` + 1 of them): pairs left after that nest deeper than `limit`;
-    the brackets that never close count as well.
-    """
-    if b"[" not in raw and b"{" not in raw:
-        return False
-    s = _STRING.sub(b"", raw).translate(_PARENS, _NOT_BRACKETS)
-    for _ in range(limit + 1):
-        peeled = s.replace(b"()", b"")
-        if len(peeled) == len(s):
-            return s.count(b"(") > limit  # what is left reads ")))(((": the opens that never close
-        s = peeled
-    return True
-
-
 def parse_json(raw: bytes | str, what: str = "reply") -> Any:
     """`raw` parsed, or BadReply when it is not JSON or nests deeper than MAX_DEPTH (checked first)."""
     data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
-    if too_deep(data):
+    if too_deep(data, MAX_DEPTH):
         raise BadReply(f"{what} nested deeper than {MAX_DEPTH} levels")
     try:
         return json.loads(data)

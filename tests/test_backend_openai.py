@@ -134,6 +134,15 @@ def tiny_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TEST_OPENAI_KEY", "sk-test-123")
 
 
+def run_remote(tmp_path: Path, out: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """run_agents.py on the model 'remote' of the registry `registry_spec` wrote in `tmp_path`."""
+    return subprocess.run([sys.executable, str(ROOT / "run_agents.py"), "--registry", str(tmp_path / "models.yaml"),
+                           "--models", "remote", "--max-steps", "2", "--no-embed", "--no-progress", "--out", str(out),
+                           *args], capture_output=True, text=True, cwd=ROOT, timeout=600,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", "TEST_OPENAI_KEY": "k",
+                               "AGENT_HARNESS_OPENAI_BACKOFF_S": "0.01"})
+
+
 def registry_spec(tmp_path: Path, base_url: str, **openai: Any) -> ModelSpec:
     """A spec loaded through the real registry path (YAML → validation → ModelSpec)."""
     block = {"base_url": base_url, "model": "served-model", "api_key_env": "TEST_OPENAI_KEY",
@@ -290,11 +299,7 @@ def test_cli_run_goes_on_when_one_episode_outgrows_the_context(tmp_path: Path, s
         else echo_reply(body)
     registry_spec(tmp_path, server.base_url)  # writes models.yaml
     out = tmp_path / "t"
-    r = subprocess.run([sys.executable, str(ROOT / "run_agents.py"), "--registry", str(tmp_path / "models.yaml"),
-                        "--models", "remote", "--n", "2", "--max-steps", "2", "--no-embed", "--no-progress",
-                        "--out", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=600,
-                       env={**os.environ, "HF_HUB_OFFLINE": "1", "TEST_OPENAI_KEY": "k",
-                            "AGENT_HARNESS_OPENAI_BACKOFF_S": "0.01"})
+    r = run_remote(tmp_path, out, "--n", "2")
     assert r.returncode == 0, r.stderr
     exits = {json.loads(p.read_text())["task_id"]: json.loads(p.read_text())["outcome"]["exit_reason"]
              for p in out.rglob("run_*.json")}

@@ -10,15 +10,12 @@ when it is not prepared); no weights are loaded.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_backend_openai import FakeServer, Reply, registry_spec
+from test_backend_openai import FakeServer, Reply, registry_spec, run_remote
 from test_template_injection import INJECTION, conversation, rendered, string_then_tokenize
 
 from agent_harness.backends import load_backend
@@ -27,7 +24,6 @@ from agent_harness.backends.openai_prompt import CHAT, IDS
 from agent_harness.errors import ConfigError
 from agent_harness.types import Conversation, GenParams
 
-ROOT = Path(__file__).resolve().parent.parent
 PREFILL = "```python\ndef add(a, b):\n    "
 
 
@@ -193,11 +189,7 @@ def test_cli_run_records_the_encoding_and_sends_ids(tmp_path: Path, server: Fake
                                                     tok: Any) -> None:
     registry_spec(tmp_path, server.base_url, tokenizer=str(folder))  # writes models.yaml
     out = tmp_path / "t"
-    r = subprocess.run([sys.executable, str(ROOT / "run_agents.py"), "--registry", str(tmp_path / "models.yaml"),
-                        "--models", "remote", "--n", "1", "--max-steps", "2", "--no-embed", "--no-progress",
-                        "--out", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=600,
-                       env={**os.environ, "HF_HUB_OFFLINE": "1", "TEST_OPENAI_KEY": "k",
-                            "AGENT_HARNESS_OPENAI_BACKOFF_S": "0.01"})
+    r = run_remote(tmp_path, out, "--n", "1")
     assert r.returncode == 0, r.stderr
     [trace] = [json.loads(p.read_text()) for p in out.rglob("run_*.json")]
     assert trace["model"]["details"]["prompt_encoding"] == IDS

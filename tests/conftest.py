@@ -15,6 +15,12 @@ if TYPE_CHECKING:
     from agent_harness.registry import ModelSpec
 
 
+@pytest.fixture
+def tiny_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Retry delays of the openai backend kept tiny (tests of servers that fail on purpose)."""
+    monkeypatch.setenv("AGENT_HARNESS_OPENAI_BACKOFF_S", "0.01")
+
+
 @pytest.fixture(scope="session")
 def default_spec() -> ModelSpec:
     """The registry's default model (the embedded offline 0.5B)."""

@@ -129,8 +129,7 @@ def server() -> Iterator[FakeServer]:
 
 
 @pytest.fixture(autouse=True)
-def tiny_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AGENT_HARNESS_OPENAI_BACKOFF_S", "0.01")
+def test_key(tiny_backoff: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TEST_OPENAI_KEY", "sk-test-123")
 
 

@@ -28,6 +28,7 @@ from agent_harness.registry import ModelSpec, load_registry
 from agent_harness.scenarios import TaskQuery, get_scenario
 from agent_harness.types import GenParams, RequestMeta
 
+pytestmark = pytest.mark.usefixtures("tiny_backoff")
 ROOT = Path(__file__).resolve().parent.parent
 Answer = Callable[[dict[str, Any]], str]
 
@@ -103,11 +104,6 @@ def servers() -> Iterator[list[Server]]:
     yield made
     for s in made:
         s.close()
-
-
-@pytest.fixture(autouse=True)
-def tiny_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AGENT_HARNESS_OPENAI_BACKOFF_S", "0.01")
 
 
 def registry_file(tmp_path: Path, urls: list[str], **openai: Any) -> Path:

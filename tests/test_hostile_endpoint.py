@@ -44,6 +44,7 @@ from agent_harness.registry import load_registry
 from agent_harness.trace_io import too_deep
 from agent_harness.types import Completion, GenParams
 
+pytestmark = pytest.mark.usefixtures("tiny_backoff")
 ROOT = Path(__file__).resolve().parent.parent
 MB = 1 << 20
 Act = Callable[[BaseHTTPRequestHandler, dict[str, Any]], None]
@@ -232,11 +233,6 @@ def serve() -> Iterator[Serve]:
     yield start
     for s in made:
         s.close()
-
-
-@pytest.fixture(autouse=True)
-def tiny_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AGENT_HARNESS_OPENAI_BACKOFF_S", "0.01")
 
 
 def registry(tmp_path: Path, servers: dict[str, Hostile], **openai: Any) -> Path:

@@ -110,44 +110,23 @@ class RequestMeta:
 
 @runtime_checkable
 class Backend(Protocol):
-    """Generates completions for a *batch* of conversations.
+    """Completes one conversation; concurrent calls are batched inside the backend.
 
-    Implementations: transformers, vllm, openai, scripted. `generate` returns exactly one
-    Completion per conversation, in order. When sampling, row i draws from its own random stream
-    seeded with `seeds[i]` (`row_seeds`), so its reply does not depend on its batch-mates.
-    `meta` (one per conversation, when given) says which episode asks; only scripted models use it.
-    `close` frees the model (GPU/CPU memory).
+    Implementations: transformers (a queue that gathers concurrent requests into one batched
+    generate), vllm (a local vLLM server the backend owns, reached like `openai`), openai (an async
+    client over an endpoint pool), scripted. `params.seed` is this request's own seed
+    (`request_seed`): a sampled reply never depends on which requests share its batch. A
+    conversation that ends with an assistant message is continued (a prefilled turn). `meta` says
+    which episode asks; only scripted models use it. `close` frees the model; it is called once, from
+    the thread that created the backend, after the last `complete` has returned.
     """
 
     info: BackendInfo
 
-    def generate(self, conversations: list[Conversation], params: GenParams,
-                 seeds: Sequence[int | None] | None = None,
-                 meta: Sequence[RequestMeta] | None = None) -> list[Completion]: ...
+    async def complete(self, conversation: Conversation, params: GenParams,
+                       meta: RequestMeta | None = None) -> Completion: ...
 
     def close(self) -> None: ...
-
-
-@runtime_checkable
-class StreamingBackend(Backend, Protocol):
-    """A Backend that also takes requests one at a time and hands back completions as they finish.
-
-    The runner uses it for continuous batching across episodes: an episode's next prompt joins the
-    running batch as soon as its tool has run, instead of waiting for a whole tick to finish.
-    """
-
-    def submit(self, key: str, conversation: Conversation, params: GenParams,
-               meta: RequestMeta | None = None) -> None:
-        """Queue one conversation; its completion comes back from `poll` under `key`."""
-        ...
-
-    def poll(self) -> list[tuple[str, Completion]]:
-        """Advance generation (one engine step) and return the completions that finished."""
-        ...
-
-    def pending(self) -> int:
-        """Requests submitted and not yet returned by `poll`."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -224,3 +203,13 @@ class ScoreResult:
     output: str = ""
     compromised: bool | None = None  # None: the scenario does not check for compromise
     details: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class StreamingBackend(Protocol):  # TRANSITION (issue 27): removed with the old scheduler
+    def submit(self, key: str, conversation: Conversation, params: GenParams,
+               meta: RequestMeta | None = None) -> None: ...
+
+    def poll(self) -> list[tuple[str, Completion]]: ...
+
+    def pending(self) -> int: ...

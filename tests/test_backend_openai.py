@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from agent_harness.backends import load_backend
+from agent_harness.backends.loop import complete_all
 from agent_harness.backends.openai_backend import MAX_API_STOPS, OpenAIBackend
 from agent_harness.errors import BackendUnavailable
 from agent_harness.registry import ModelSpec, load_registry
@@ -168,7 +169,7 @@ def test_batch_in_order_with_usage_and_key(tmp_path: Path, server: FakeServer) -
     assert (backend.info.requested, backend.info.used, backend.info.device) == ("openai", "openai", "remote")
     params = GenParams(max_tokens=17, temperature=0.5, top_p=0.9, seed=7)
     t0 = time.perf_counter()
-    out = backend.generate([conv(f"q{i}") for i in range(6)], params)
+    out = complete_all(backend, [conv(f"q{i}") for i in range(6)], params)
     wall = time.perf_counter() - t0
     backend.close()
     assert [c.text for c in out] == [f"echo: q{i}" for i in range(6)]
@@ -197,7 +198,7 @@ def test_503_then_success_is_retried(tmp_path: Path, server: FakeServer) -> None
     server.script = lambda n, body: ((503, {}, {"error": {"message": "warming up"}})
                                      if n == 0 else echo_reply(body))
     backend = load_backend(registry_spec(tmp_path, server.base_url))
-    [c] = backend.generate([conv("hi")], GenParams(max_tokens=5))
+    [c] = complete_all(backend, [conv("hi")], GenParams(max_tokens=5))
     assert c.text == "echo: hi"
     assert len(server.requests) == 2
 
@@ -206,7 +207,7 @@ def test_429_honours_retry_after(tmp_path: Path, server: FakeServer) -> None:
     server.script = lambda n, body: ((429, {"Retry-After": "0.4"}, {"error": {"message": "slow down"}})
                                      if n == 0 else echo_reply(body))
     backend = load_backend(registry_spec(tmp_path, server.base_url))
-    [c] = backend.generate([conv("hi")], GenParams(max_tokens=5))
+    [c] = complete_all(backend, [conv("hi")], GenParams(max_tokens=5))
     assert c.text == "echo: hi"
     assert len(server.requests) == 2
     gap = server.requests[1]["t"] - server.requests[0]["t"]
@@ -217,7 +218,7 @@ def test_persistent_500_gives_up_with_one_line(tmp_path: Path, server: FakeServe
     server.script = lambda n, body: (500, {}, {"error": {"message": "CUDA error: device lost"}})
     backend = load_backend(registry_spec(tmp_path, server.base_url, max_retries=2))
     with pytest.raises(BackendUnavailable) as err:
-        backend.generate([conv("hi")], GenParams(max_tokens=5))
+        complete_all(backend, [conv("hi")], GenParams(max_tokens=5))
     msg = str(err.value)
     assert "\n" not in msg
     assert server.base_url + "/chat/completions" in msg
@@ -231,14 +232,14 @@ def test_dead_server_is_a_fault(tmp_path: Path) -> None:
     s.close()  # nothing listens on that port any more
     backend = load_backend(registry_spec(tmp_path, url, max_retries=1))
     with pytest.raises(BackendUnavailable, match="gave up after 2 attempt.*connection error"):
-        backend.generate([conv("hi")], GenParams(max_tokens=5))
+        complete_all(backend, [conv("hi")], GenParams(max_tokens=5))
 
 
 def test_400_fails_at_once_with_the_servers_message(tmp_path: Path, server: FakeServer) -> None:
     server.script = lambda n, body: (400, {}, {"error": {"message": "max_tokens is too large: 99999"}})
     backend = load_backend(registry_spec(tmp_path, server.base_url))
     with pytest.raises(BackendUnavailable, match="HTTP 400: max_tokens is too large: 99999"):
-        backend.generate([conv("hi")], GenParams(max_tokens=5))
+        complete_all(backend, [conv("hi")], GenParams(max_tokens=5))
     assert len(server.requests) == 1
 
 
@@ -250,7 +251,7 @@ def test_timeout_is_retried(tmp_path: Path, server: FakeServer) -> None:
 
     server.script = slow_once
     backend = load_backend(registry_spec(tmp_path, server.base_url, timeout_s=0.2))
-    [c] = backend.generate([conv("hi")], GenParams(max_tokens=5))
+    [c] = complete_all(backend, [conv("hi")], GenParams(max_tokens=5))
     assert c.text == "echo: hi" and len(server.requests) == 2
 
 
@@ -262,10 +263,10 @@ def test_stops_sent_first_four_and_cut_client_side(tmp_path: Path, server: FakeS
     })
     backend = load_backend(registry_spec(tmp_path, server.base_url))
     stops = ("STOP1", "STOP2", "STOP3", "STOP4", "STOP5", "")
-    [c] = backend.generate([conv("go")], GenParams(max_tokens=9, stop=stops))
+    [c] = complete_all(backend, [conv("go")], GenParams(max_tokens=9, stop=stops))
     assert server.requests[0]["body"]["stop"] == list(stops[:MAX_API_STOPS])
     assert c.text == "alpha beta " and c.finish_reason == "stop"  # cut at STOP5, which the server never saw
-    [free] = backend.generate([conv("go")], GenParams(max_tokens=9))
+    [free] = complete_all(backend, [conv("go")], GenParams(max_tokens=9))
     assert free.text == text and free.finish_reason == "length" and free.completion_tokens == 9
 
 
@@ -286,7 +287,8 @@ def test_a_prompt_over_the_servers_context_is_an_empty_length_reply(tmp_path: Pa
     server.script = lambda n, body: (400, {}, VLLM_CONTEXT_400) \
         if body["messages"][-1]["content"].startswith("long") else echo_reply(body)
     backend = load_backend(registry_spec(tmp_path, server.base_url))
-    long, short, tiny = backend.generate([conv("long " * 1000), conv("short"), conv("long")], GenParams(max_tokens=5))
+    long, short, tiny = complete_all(backend, [conv("long " * 1000), conv("short"), conv("long")],
+                                     GenParams(max_tokens=5))
     assert (long.text, long.finish_reason, long.completion_tokens, long.prompt_tokens) == ("", "length", 0, 4097)
     assert short.text == "echo: short" and len(server.requests) == 3  # not retried
     # 4097 tokens for a 4-character prompt: the server's count cannot be true, it is recorded as unknown
@@ -311,7 +313,7 @@ def test_a_slow_streamed_reply_is_not_timed_out(tmp_path: Path, server: FakeServ
     scratch each time and, with its retries spent, stopped the run: a 1.5B benchmark, 768-token replies)."""
     server.script = lambda n, body: (200, {}, sse_events(echo_reply(body)[2], delay=0.2))
     backend = load_backend(registry_spec(tmp_path, server.base_url, timeout_s=0.3))
-    [c] = backend.generate([conv("hi there")], GenParams(max_tokens=5))
+    [c] = complete_all(backend, [conv("hi there")], GenParams(max_tokens=5))
     assert (c.text, c.prompt_tokens, c.completion_tokens, c.cached_tokens) == ("echo: hi there", 12, 3, 8)
     assert c.latency_s >= 0.8 and len(server.requests) == 1
     assert server.requests[0]["body"]["stream"] is True
@@ -327,7 +329,7 @@ def test_stream_false_sends_plain_requests_and_times_out_the_whole_reply(tmp_pat
 
     server.script = slow_once
     backend = load_backend(registry_spec(tmp_path, server.base_url, timeout_s=0.3, stream=False))
-    [c] = backend.generate([conv("hi")], GenParams(max_tokens=5))
+    [c] = complete_all(backend, [conv("hi")], GenParams(max_tokens=5))
     assert c.text == "echo: hi" and c.cached_tokens == 8 and len(server.requests) == 2
     assert "stream" not in server.requests[1]["body"]
 
@@ -339,11 +341,11 @@ def test_a_cut_stream_and_an_error_chunk_are_retried_json_is_read(tmp_path: Path
 
     server.script = cut_once
     backend = load_backend(registry_spec(tmp_path, server.base_url))
-    [c] = backend.generate([conv("hi")], GenParams(max_tokens=5))
+    [c] = complete_all(backend, [conv("hi")], GenParams(max_tokens=5))
     assert c.text == "echo: hi" and len(server.requests) == 2
 
     server.script = lambda n, body: (200, {}, json.dumps(echo_reply(body)[2]))  # JSON although asked to stream
-    [c] = backend.generate([conv("plain")], GenParams(max_tokens=5))
+    [c] = complete_all(backend, [conv("plain")], GenParams(max_tokens=5))
     assert (c.text, c.cached_tokens) == ("echo: plain", 8)
 
     # vLLM sends an error chunk when its engine stops mid-reply (a restart): retried like a 5xx
@@ -351,5 +353,5 @@ def test_a_cut_stream_and_an_error_chunk_are_retried_json_is_read(tmp_path: Path
         return (200, {}, [(0.0, json.dumps({"error": {"message": "engine died"}}))]) if n == 3 else echo_reply(body)
 
     server.script = error_once
-    [c] = backend.generate([conv("again")], GenParams(max_tokens=5))
+    [c] = complete_all(backend, [conv("again")], GenParams(max_tokens=5))
     assert c.text == "echo: again" and len(server.requests) == 5

@@ -7,12 +7,14 @@ One of them dies mid-run (it drops the request it is serving and closes its port
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -21,6 +23,7 @@ from typing import Any
 import pytest
 
 from agent_harness.backends import load_backend
+from agent_harness.backends.loop import LoopThread, complete_all
 from agent_harness.backends.openai_backend import OpenAIBackend
 from agent_harness.backends.scripted import ScriptedBackend
 from agent_harness.errors import BackendUnavailable, ConfigError
@@ -36,16 +39,29 @@ Answer = Callable[[dict[str, Any]], str]
 class Server:
     """A chat-completions server; `answer` gives the reply text, `die_at` the request it dies on."""
 
-    def __init__(self, answer: Answer, die_at: int | None = None) -> None:
+    def __init__(self, answer: Answer, die_at: int | None = None, keep_alive: bool = False) -> None:
         self.answer, self.die_at = answer, die_at
         self.bodies: list[dict[str, Any]] = []
         self.auth: list[str | None] = []
         self.lock = threading.Lock()
         self.hold: threading.Event | None = None  # when set, requests wait for it
         self.dead = False
+        self.open = self.busy = self.peak = 0  # connections open; requests being answered, and their most
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1" if keep_alive else "HTTP/1.0"
+
+            def setup(self) -> None:
+                super().setup()
+                with server.lock:
+                    server.open += 1
+
+            def finish(self) -> None:
+                super().finish()
+                with server.lock:
+                    server.open -= 1
+
             def do_POST(self) -> None:  # noqa: N802 (http.server's name)
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
                 with server.lock:
@@ -57,9 +73,16 @@ class Server:
                     self.connection.shutdown(socket.SHUT_RDWR)  # the reply never comes
                     self.close_connection = True
                     return
+                with server.lock:
+                    server.busy += 1
+                    server.peak = max(server.peak, server.busy)
                 if server.hold is not None:
                     server.hold.wait(10)
-                text = server.answer(body)
+                try:
+                    text = server.answer(body)
+                finally:
+                    with server.lock:
+                        server.busy -= 1
                 data = json.dumps({
                     "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
                                  "finish_reason": "stop"}],
@@ -131,7 +154,7 @@ def test_requests_spread_and_name_their_endpoint(tmp_path: Path, servers: list[S
     backend = load_backend(spec(tmp_path, [a.base_url, b.base_url], api_key_env=["KEY_A", "KEY_B"]))
     assert isinstance(backend, OpenAIBackend)
     assert backend.info.details["endpoints"] == [a.base_url, b.base_url]
-    out = backend.generate([conv(f"q{i}") for i in range(8)], GenParams(max_tokens=5))
+    out = complete_all(backend, [conv(f"q{i}") for i in range(8)], GenParams(max_tokens=5))
     backend.close()
     assert [c.text for c in out] == [f"echo: q{i}" for i in range(8)]
     assert all(c.cached_tokens == 40 for c in out)
@@ -158,7 +181,7 @@ def test_busy_endpoint_gets_no_more_requests(tmp_path: Path, servers: list[Serve
 
     b.answer = count_then_release
     backend = load_backend(spec(tmp_path, [a.base_url, b.base_url], concurrency=1))
-    out = backend.generate([conv(f"q{i}") for i in range(5)], GenParams(max_tokens=5))
+    out = complete_all(backend, [conv(f"q{i}") for i in range(5)], GenParams(max_tokens=5))
     backend.close()
     assert (len(a.bodies), len(b.bodies)) == (1, 4)
     assert [c.endpoint for c in out].count(a.base_url) == 1
@@ -170,7 +193,7 @@ def test_dead_endpoint_moves_its_requests(tmp_path: Path, servers: list[Server])
     backend = load_backend(spec(tmp_path, [a.base_url, b.base_url]))
     assert isinstance(backend, OpenAIBackend)
     for k in range(4):
-        out = backend.generate([conv(f"r{k}q{i}") for i in range(6)], GenParams(max_tokens=5))
+        out = complete_all(backend, [conv(f"r{k}q{i}") for i in range(6)], GenParams(max_tokens=5))
         assert [c.text for c in out] == [f"echo: r{k}q{i}" for i in range(6)]
     stats = {s["base_url"]: s for s in backend.pool.snapshot()}
     backend.close()
@@ -189,7 +212,7 @@ def test_all_endpoints_dead_is_one_line(tmp_path: Path, servers: list[Server]) -
         s.kill()
     backend = load_backend(spec(tmp_path, urls, max_retries=1))
     with pytest.raises(BackendUnavailable) as err:
-        backend.generate([conv("hi")], GenParams(max_tokens=5))
+        complete_all(backend, [conv("hi")], GenParams(max_tokens=5))
     msg = str(err.value)
     assert "\n" not in msg and "gave up after 4 attempt(s) on 2 endpoints" in msg and "connection error" in msg
 
@@ -219,8 +242,8 @@ def test_run_survives_a_node_dying(tmp_path: Path, servers: list[Server]) -> Non
         meta = RequestMeta(task,
                            turn=sum(m["role"] == "assistant" for m in messages[start:]))
         with lock:
-            [c] = oracle.generate([messages], GenParams(max_tokens=body["max_tokens"],
-                                                        stop=tuple(body.get("stop", ()))), meta=[meta])
+            [c] = complete_all(oracle, [messages], GenParams(max_tokens=body["max_tokens"],
+                                                             stop=tuple(body.get("stop", ()))), meta=[meta])
         return c.text
 
     servers += [Server(answer, die_at=2), Server(answer)]
@@ -249,7 +272,6 @@ def test_sigterm_does_not_wait_for_requests_in_flight(tmp_path: Path, servers: l
     """A run stopped (SIGTERM, as Ctrl-C) while its requests wait on a slow server exits at once with 130,
     instead of waiting out the requests' timeout; the traces on disk are whole JSON."""
     import signal
-    import time
 
     server = Server(echo)
     server.hold = threading.Event()  # never set: every request waits (10 s) before its answer
@@ -275,11 +297,17 @@ def test_sigterm_does_not_wait_for_requests_in_flight(tmp_path: Path, servers: l
         json.loads(path.read_text())
 
 
-def test_streaming_returns_each_reply_when_it_comes(tmp_path: Path, servers: list[Server]) -> None:
-    """submit/poll: a reply comes back as soon as it is ready, not when the slowest of a batch is; the
-    slots cap the requests in flight at `concurrency`; a failed request is raised by poll."""
-    import time
+def wait_until(check: Callable[[], bool], timeout: float = 20) -> bool:
+    deadline = time.monotonic() + timeout
+    while not check() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return check()
 
+
+def test_each_reply_comes_when_ready_and_slots_cap_the_requests_in_flight(tmp_path: Path,
+                                                                         servers: list[Server]) -> None:
+    """Concurrent `complete` calls: a reply comes back as soon as it is ready, not when a slow one beside it
+    is; at most `concurrency` requests are in flight; a failed request raises from its own call."""
     slow = threading.Event()
 
     def answer(body: dict[str, Any]) -> str:
@@ -290,25 +318,43 @@ def test_streaming_returns_each_reply_when_it_comes(tmp_path: Path, servers: lis
     server = Server(answer)
     servers.append(server)
     backend = OpenAIBackend(spec(tmp_path, [server.base_url], concurrency=2))
-    try:
-        params = GenParams(max_tokens=8)
-        for key in ("slow", "a", "b"):
-            backend.submit(key, conv(key), params)
-        got: dict[str, str] = {}
-        deadline = time.monotonic() + 20
-        while len(got) < 2 and time.monotonic() < deadline:
-            got.update((k, c.text) for k, c in backend.poll())
-        assert got == {"a": "echo: a", "b": "echo: b"} and backend.pending() == 1  # "slow" still out
-        assert len(server.bodies) == 3
+    params = GenParams(max_tokens=8)
+
+    async def scenario() -> None:
+        out = {k: asyncio.create_task(backend.complete(conv(k), params)) for k in ("slow", "a", "b", "c")}
+        done, _ = await asyncio.wait([out["a"], out["b"], out["c"]], timeout=20)
+        assert sorted(t.result().text for t in done) == ["echo: a", "echo: b", "echo: c"]
+        assert not out["slow"].done() and server.peak == 2  # "slow" held one of the two slots throughout
         slow.set()
-        while backend.pending() and time.monotonic() < deadline:
-            got.update((k, c.text) for k, c in backend.poll())
-        assert got["slow"] == "echo: slow" and backend.pending() == 0
+        assert (await out["slow"]).text == "echo: slow"
         server.kill()
-        backend.submit("gone", conv("x"), params)
-        with pytest.raises(BackendUnavailable):
-            while time.monotonic() < deadline:
-                backend.poll()
-        assert backend.pending() == 0
+        with pytest.raises(BackendUnavailable, match="connection error"):
+            await backend.complete(conv("x"), params)
+
+    try:
+        asyncio.run(scenario())
     finally:
         backend.close()
+    assert len(server.bodies) == 4
+
+
+def test_each_event_loop_has_its_client_and_close_does_not_hang(tmp_path: Path, servers: list[Server]) -> None:
+    """`complete` from several event loops over the backend's life (complete_all: one per call; a LoopThread):
+    a loop's kept-alive connection closes when the loop ends, and close() closes the client of a loop that is
+    still running, from another thread, without waiting for that loop to end."""
+    server = Server(echo, keep_alive=True)
+    servers.append(server)
+    backend = OpenAIBackend(spec(tmp_path, [server.base_url]))
+    params = GenParams(max_tokens=5)
+    for k in range(3):
+        [c] = complete_all(backend, [conv(f"q{k}")], params)
+        assert c.text == f"echo: q{k}"
+        assert wait_until(lambda: server.open == 0), "the loop ended but its connection stayed open"
+    with LoopThread() as lt:
+        assert lt.call(backend.complete(conv("t"), params)).text == "echo: t"
+        assert server.open == 1  # kept alive while its loop runs
+        backend.close()
+        assert wait_until(lambda: server.open == 0), "close() left the running loop's connection open"
+        with pytest.raises(BackendUnavailable, match="closed"):
+            lt.call(backend.complete(conv("u"), params))
+    assert len(server.bodies) == 4

@@ -28,6 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent_harness.backends import load_backend
+from agent_harness.backends.loop import complete_all
 from agent_harness.backends.openai_reply import (
     MAX_DEPTH,
     BadReply,
@@ -249,7 +250,7 @@ def registry(tmp_path: Path, servers: dict[str, Hostile], **openai: Any) -> Path
 def ask(tmp_path: Path, server: Hostile, max_tokens: int = 64, **openai: Any) -> Completion:
     backend = load_backend(load_registry(registry(tmp_path, {"remote": server}, **openai)).get("remote"))
     try:
-        [c] = backend.generate([[{"role": "user", "content": "hello there"}]], GenParams(max_tokens=max_tokens))
+        [c] = complete_all(backend, [[{"role": "user", "content": "hello there"}]], GenParams(max_tokens=max_tokens))
     finally:
         backend.close()
     return c

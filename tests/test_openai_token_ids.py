@@ -20,6 +20,7 @@ from test_template_injection import INJECTION, conversation, rendered, string_th
 
 from agent_harness.backends import load_backend
 from agent_harness.backends.local import encode
+from agent_harness.backends.loop import complete_all
 from agent_harness.backends.openai_prompt import CHAT, IDS
 from agent_harness.errors import ConfigError
 from agent_harness.types import Conversation, GenParams
@@ -86,7 +87,7 @@ def test_token_ids_go_out_and_injected_text_stays_text(tmp_path: Path, server: F
     backend = load_backend(registry_spec(tmp_path, server.base_url, tokenizer=str(folder), stream=stream))
     assert backend.info.details["prompt_encoding"] == IDS and backend.info.details["tokenizer"] == str(folder)
     hostile = conversation(INJECTION)
-    [c] = backend.generate([hostile], GenParams(max_tokens=7, stop=("STOP",), seed=3))
+    [c] = complete_all(backend, [hostile], GenParams(max_tokens=7, stop=("STOP",), seed=3))
     backend.close()
     [req] = server.requests
     assert req["path"] == "/v1/completions" and "messages" not in req["body"]
@@ -107,7 +108,7 @@ def test_without_a_tokenizer_messages_go_to_chat_completions(tmp_path: Path, ser
     backend = load_backend(registry_spec(tmp_path, server.base_url))
     assert backend.info.details["prompt_encoding"] == CHAT and "tokenizer" not in backend.info.details
     prefilled: Conversation = [*conversation("ok"), {"role": "assistant", "content": PREFILL}]
-    [c, d] = backend.generate([conversation(INJECTION), prefilled], GenParams(max_tokens=5))
+    [c, d] = complete_all(backend, [conversation(INJECTION), prefilled], GenParams(max_tokens=5))
     assert c.text == "chat reply" and [r["path"] for r in server.requests] == ["/v1/chat/completions"] * 2
     first, second = sorted((r["body"] for r in server.requests), key=lambda b: len(b["messages"]))
     assert first["messages"] == conversation(INJECTION) and "prompt" not in first
@@ -121,7 +122,7 @@ def test_a_trailing_assistant_message_is_continued(tmp_path: Path, server: FakeS
     backend = load_backend(registry_spec(tmp_path, server.base_url, tokenizer=str(folder)))
     conv = conversation("add.py: 3 lines")
     prefilled: Conversation = [*conv, {"role": "assistant", "content": PREFILL}]
-    backend.generate([prefilled], GenParams(max_tokens=5))
+    complete_all(backend, [prefilled], GenParams(max_tokens=5))
     ids = server.requests[0]["body"]["prompt"]
     base = encode(tok, conv)
     assert tok.decode(ids) == rendered(tok, conv) + PREFILL  # the reply goes on from the prefill, whitespace kept
@@ -142,7 +143,7 @@ def test_the_token_budget_is_the_local_backends(tmp_path: Path, server: FakeServ
     n = len(encode(tok, near))
     assert 150 < n < 256
     full = conversation("word " * 400)
-    [c_near, c_full] = backend.generate([near, full], GenParams(max_tokens=100))
+    [c_near, c_full] = complete_all(backend, [near, full], GenParams(max_tokens=100))
     [req] = server.requests  # the full one never went out
     assert req["body"]["max_tokens"] == 256 - n and c_near.prompt_tokens == n
     assert (c_full.text, c_full.finish_reason, c_full.completion_tokens, c_full.prompt_tokens) == (
@@ -158,9 +159,9 @@ def test_counts_and_replies_are_checked_as_for_chat(tmp_path: Path, server: Fake
 
     server.script = lying
     backend = load_backend(registry_spec(tmp_path, server.base_url, tokenizer=str(folder), stream=False))
-    [c] = backend.generate([conversation("hi")], GenParams(max_tokens=5))
+    [c] = complete_all(backend, [conversation("hi")], GenParams(max_tokens=5))
     assert (c.text, c.prompt_tokens, c.completion_tokens) == ("x", None, 1)
-    [bad] = backend.generate([conversation("hi")], GenParams(max_tokens=5))
+    [bad] = complete_all(backend, [conversation("hi")], GenParams(max_tokens=5))
     assert bad.finish_reason == "error" and bad.error is not None and "not a string" in bad.error
 
 
@@ -169,13 +170,13 @@ def test_a_prompt_the_template_cannot_encode_ends_the_episode_not_the_run(tmp_pa
     spec = registry_spec(tmp_path, server.base_url, tokenizer=str(folder))
     trimming = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] | trim }}<|im_end|>\n{% endfor %}"
     backend = load_backend(spec.model_copy(update={"chat_template": trimming}))
-    [bad, good] = backend.generate([conversation(f" {INJECTION} "), conversation("fine")], GenParams(max_tokens=5))
+    [bad, good] = complete_all(backend, [conversation(f" {INJECTION} "), conversation("fine")], GenParams(max_tokens=5))
     assert bad.finish_reason == "error" and bad.error is not None and "rewrites message contents" in bad.error
     assert good.text == "ids reply" and len(server.requests) == 1
     refusing = ("{% for m in messages %}{% if 'forbidden' in m['content'] %}{{ raise_exception('no!') }}{% endif %}"
                 "<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}")
     backend = load_backend(spec.model_copy(update={"chat_template": refusing}))
-    [bad, good] = backend.generate([conversation("forbidden"), conversation("fine")], GenParams(max_tokens=5))
+    [bad, good] = complete_all(backend, [conversation("forbidden"), conversation("fine")], GenParams(max_tokens=5))
     assert bad.finish_reason == "error" and bad.error == "cannot encode the prompt: TemplateError: no!"
     assert good.text == "ids reply" and len(server.requests) == 2
 

@@ -34,7 +34,8 @@ class Endpoint:
 
 
 class EndpointPool:
-    """Thread-safe choice of endpoint per attempt; `acquire` must be paired with `release`."""
+    """Choice of endpoint per attempt; `acquire` must be paired with `release` (or `cancel`). Thread-safe
+    and never waits: one backend may serve event loops in several threads."""
 
     def __init__(self, endpoints: list[Endpoint], backoff_s: float, max_backoff_s: float, max_fails: int) -> None:
         self.endpoints = endpoints
@@ -102,3 +103,8 @@ class EndpointPool:
             now = time.monotonic()
             return [{"base_url": e.base_url, "in_flight": e.in_flight, "served": e.served, "down": e.down_until > now,
                      **e.stats} for e in self.endpoints]
+
+    def totals(self) -> dict[str, int]:
+        """Attempts by outcome and take-outs, summed over the endpoints."""
+        with self._lock:
+            return {k: sum(e.stats[k] for e in self.endpoints) for k in ("ok", "soft", "hard", "taken_out")}

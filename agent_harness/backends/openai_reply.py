@@ -1,15 +1,14 @@
 """What an OpenAI-compatible server sends back, read as hostile input: bounded and validated.
 
-Nothing here touches the network: the transport hands over byte chunks (`capped`), lines
-(`lines`), parsed bodies (`body_reply`, `StreamReply`) and the `usage` record (`usage_counts`).
+Nothing here touches the network: the transport feeds the body's bytes as they arrive to `Body`
+(size caps, Content-Encoding undone in bounded pieces) and `Lines` (SSE lines), and hands over parsed
+bodies (`body_reply`, `StreamReply`) and the `usage` record (`usage_counts`).
 
-- Size: a reply may carry at most `ReplyCaps.bytes` on the wire and `ReplyCaps.chars` of text, both
-  derived from the request's `max_tokens`. A reply over either is refused as a whole (BadReply): a
-  server that sends more than it was asked for is not cut into a plausible answer.
-- Time: `capped` checks the request's deadline as each piece arrives, so keep-alive comments or an
-  endless stream of tokens cannot hold a request past it. (The transport sets each attempt's read
-  timeout to what is left of the deadline at most, so a request ends within twice its deadline
-  even against a server that trickles a byte just before each read timeout.)
+- Size: a reply may carry at most `ReplyCaps.bytes` (on the wire and unpacked) and `ReplyCaps.chars`
+  of text, both derived from the request's `max_tokens`. A reply over either is refused as a whole
+  (BadReply): a server that sends more than it was asked for is not cut into a plausible answer.
+- Time: the request's deadline is the transport's (`asyncio.timeout_at` around each request), so
+  keep-alive comments or an endless stream of tokens cannot hold a request past it.
 - Shape: JSON nested deeper than `MAX_DEPTH` is refused before it is parsed; `choices`, the message
   or delta, `content` (a string or null) and `finish_reason` (a string or null) are checked.
 - Token counts: an int in a sane range, else None (unknown), never a string, a float, a bool,
@@ -19,7 +18,6 @@ Nothing here touches the network: the transport hands over byte chunks (`capped`
 from __future__ import annotations
 
 import json
-import time
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -40,8 +38,6 @@ MESSAGE_CHARS = 300
 MAX_PROMPT_TOKENS = 1 << 24  # no served context is longer
 TEMPLATE_TOKENS = 1024  # a chat template's own tokens (roles, a default system prompt), per prompt
 TOKENS_PER_MESSAGE = 16
-
-# a string, closed or not (an unclosed one runs to the end): linear, no backtracking
 
 
 class BadReply(BackendError):
@@ -88,32 +84,35 @@ def one_line(text: str, limit: int = MESSAGE_CHARS) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def capped(chunks: Iterable[bytes], limit: int, deadline: float, what: str = "reply") -> Iterator[bytes]:
-    """`chunks` as they come, or BadReply once more than `limit` bytes came or `deadline` (monotonic) passed."""
-    total = 0
-    for chunk in chunks:
-        total += len(chunk)
-        if total > limit:
-            raise BadReply(f"{what} larger than its cap of {limit} bytes")
-        if time.monotonic() > deadline:
-            raise BadReply(f"no complete {what} before the request's deadline")
-        yield chunk
+class Lines:
+    """Splits a byte stream into lines (LF or CRLF endings), decoded as UTF-8, as its pieces arrive;
+    linear in the bytes, and the buffer never holds more than was fed (bound that with `Body`)."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+
+    def feed(self, chunk: bytes) -> Iterator[str]:
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            self.buf += chunk[start:end]
+            yield _line(self.buf)
+            self.buf.clear()
+            start = end + 1
+        self.buf += chunk[start:]
+
+    def end(self) -> Iterator[str]:
+        """The last line, when the stream did not end with a newline."""
+        if self.buf:
+            yield _line(self.buf)
+            self.buf.clear()
 
 
 def lines(chunks: Iterable[bytes]) -> Iterator[str]:
-    """The lines of a byte stream (LF or CRLF endings), decoded as UTF-8; linear in the bytes, and the
-    buffer never holds more than `chunks` delivered (bound them with `capped`)."""
-    buf = bytearray()
+    """The lines of a byte stream, however its bytes are cut into chunks."""
+    split = Lines()
     for chunk in chunks:
-        start = 0
-        while (end := chunk.find(b"\n", start)) >= 0:
-            buf += chunk[start:end]
-            yield _line(buf)
-            buf.clear()
-            start = end + 1
-        buf += chunk[start:]
-    if buf:
-        yield _line(buf)
+        yield from split.feed(chunk)
+    yield from split.end()
 
 
 def _line(raw: bytearray) -> str:
@@ -268,34 +267,40 @@ def usage_counts(usage: dict[str, Any] | None, max_tokens: int,
     return prompt, completion, cached
 
 
-def decoded(chunks: Iterable[bytes], encoding: str, limit: int) -> Iterator[bytes]:
-    """The body's bytes with its Content-Encoding (gzip or deflate) undone, no piece longer than
-    `limit` + 1 bytes: a small compressed reply cannot unpack into a huge one in memory."""
-    enc = encoding.strip().lower()
-    if enc in ("", "identity"):
-        yield from chunks
-        return
-    if enc not in ("gzip", "x-gzip", "deflate"):
-        raise BadReply(f"reply encoded as {one_line(enc, 40)!r}, which the harness does not read")
-    unpack = zlib.decompressobj(wbits=47)  # zlib or gzip header, detected
-    for chunk in chunks:
+class Body:
+    """A reply body's bytes as they arrive (`feed` each raw chunk): at most `limit` bytes on the wire and
+    `limit` unpacked, its Content-Encoding (gzip or deflate) undone in pieces of at most `limit` + 1
+    bytes, so a small compressed reply cannot unpack into a huge one in memory."""
+
+    def __init__(self, encoding: str, limit: int) -> None:
+        self.limit = limit
+        self.wire = self.size = 0
+        self.enc = encoding.strip().lower()
+        if self.enc not in ("", "identity", "gzip", "x-gzip", "deflate"):
+            raise BadReply(f"reply encoded as {one_line(self.enc, 40)!r}, which the harness does not read")
+        # zlib or gzip header, detected
+        self.unpack = zlib.decompressobj(wbits=47) if self.enc not in ("", "identity") else None
+
+    def feed(self, chunk: bytes) -> Iterator[bytes]:
+        """The unpacked pieces of `chunk`; BadReply once the body is over its cap or its encoding broken."""
+        self.wire += len(chunk)
+        if self.wire > self.limit:
+            raise BadReply(f"reply larger than its cap of {self.limit} bytes")
+        if self.unpack is None:
+            self.size = self.wire
+            yield chunk
+            return
         try:
             data = chunk
             while data:
-                yield unpack.decompress(data, limit + 1)
-                data = unpack.unconsumed_tail
+                piece = self.unpack.decompress(data, self.limit + 1)
+                self.size += len(piece)
+                if self.size > self.limit:
+                    raise BadReply(f"reply larger than its cap of {self.limit} bytes")
+                yield piece
+                data = self.unpack.unconsumed_tail
         except zlib.error as e:
-            raise BadReply(f"reply's {enc} encoding is broken: {one_line(str(e), 100)}") from None
-
-
-def head(chunks: Iterable[bytes], limit: int, deadline: float) -> bytes:
-    """The first `limit` bytes of a body (an error reply, read for its message); stops at `deadline`."""
-    buf = bytearray()
-    for chunk in chunks:
-        buf += chunk[: limit - len(buf)]
-        if len(buf) >= limit or time.monotonic() > deadline:
-            break
-    return bytes(buf)
+            raise BadReply(f"reply's {self.enc} encoding is broken: {one_line(str(e), 100)}") from None
 
 
 def error_message(raw: bytes) -> str:

@@ -358,3 +358,31 @@ def test_each_event_loop_has_its_client_and_close_does_not_hang(tmp_path: Path, 
         with pytest.raises(BackendUnavailable, match="closed"):
             lt.call(backend.complete(conv("u"), params))
     assert len(server.bodies) == 4
+
+
+def test_a_cancelled_request_frees_its_endpoint_without_blame(tmp_path: Path, servers: list[Server]) -> None:
+    """The caller cancels a request in flight (an episode stopped, Ctrl-C): its endpoint's in-flight count goes
+    back and nothing is held against the endpoint (it is not taken out), so the next request goes to it."""
+    server = Server(echo)
+    server.hold = threading.Event()
+    servers.append(server)
+    backend = OpenAIBackend(spec(tmp_path, [server.base_url], max_retries=0))
+    params = GenParams(max_tokens=5)
+
+    async def scenario() -> str:
+        held = asyncio.create_task(backend.complete(conv("held"), params))
+        while not server.bodies:
+            await asyncio.sleep(0.01)
+        held.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await held
+        [snap] = backend.pool.snapshot()
+        assert (snap["in_flight"], snap["down"], snap["soft"], snap["hard"], snap["taken_out"]) == (0, False, 0, 0, 0)
+        server.hold.set()  # type: ignore[union-attr]
+        return (await backend.complete(conv("next"), params)).text
+
+    try:
+        assert asyncio.run(asyncio.wait_for(scenario(), 30)) == "echo: next"
+    finally:
+        backend.close()
+    assert backend.stats() == {"attempts_ok": 1.0, "attempts_soft": 0.0, "attempts_hard": 0.0, "taken_out": 0.0}

@@ -111,7 +111,7 @@ class _Tries:
 
     deadline: float  # the event loop's clock
     made: int = 0
-    last: str = "no attempt"
+    last: str = ""  # why the last finished attempt failed
     url: str = ""
 
 
@@ -227,8 +227,9 @@ class OpenAIBackend:
         return Completion("", None, None, "error", time.perf_counter() - t0, cached_tokens=None, error=str(e))
 
     def _late(self, tries: _Tries) -> str:
+        why = f"; last failure: {tries.last}" if tries.last else ""
         return (f"{tries.url}: no reply before the request's deadline ({self.endpoint.deadline_s:g} s) "
-                f"after {tries.made} attempt(s); last: {tries.last}")
+                f"in {tries.made} attempt(s){why}")
 
     def _delay(self, attempt: int, retry_after_s: float | None) -> float:
         with self._rng_lock:

@@ -17,7 +17,6 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 
 def sandbox_uid() -> int:
@@ -165,25 +164,3 @@ def remove_cgroup(d: Path) -> None:
             return
         except OSError:
             time.sleep(0.01)
-
-
-def describe_bounds(limits: Limits | None = None, sandbox: str | None = None) -> dict[str, Any]:
-    """The resource bounds a command runs under here, for the trace header and the README."""
-    from .sandbox import detect_sandbox
-
-    lim = limits or Limits()
-    cg = memory_cgroup()
-    return {
-        "mode": sandbox or detect_sandbox(),
-        "memory_total_bytes": lim.mem_total_bytes if cg else None,
-        "memory_cgroup": cg[0] if cg else None,
-        "memory_per_process_bytes": lim.mem_bytes,
-        "processes": lim.nproc,
-        "cpu_s_per_process": lim.cpu_s,
-        "wall_s": lim.wall_s,
-        "file_size_bytes": lim.fsize_bytes,
-        "output_bytes": lim.output_bytes,
-        "tmp_bytes": lim.tmp_bytes,
-        "workspace_bytes": lim.disk_bytes,
-        "workspace_files": lim.disk_files,
-    }

@@ -39,7 +39,6 @@ from typing import Any
 from .bounds import (
     JOIN_CGROUP,
     Limits,
-    describe_bounds,
     hand_over,
     memory_cgroup,
     new_cgroup,
@@ -348,3 +347,23 @@ def run_sandboxed(cmd: list[str], cwd: Path, limits: Limits = _DEFAULT_LIMITS, e
             hand_over(cwd)
         _reachable(cwd)
     return _run(list(cmd), cwd, limits, dict(env or {}), mode, tuple(pass_fds))
+
+
+def describe_bounds(limits: Limits | None = None, sandbox: str | None = None) -> dict[str, Any]:
+    """The resource bounds a command runs under here, for the trace header and the README."""
+    lim = limits or Limits()
+    cg = memory_cgroup()
+    return {
+        "mode": sandbox or detect_sandbox(),
+        "memory_total_bytes": lim.mem_total_bytes if cg else None,
+        "memory_cgroup": cg[0] if cg else None,
+        "memory_per_process_bytes": lim.mem_bytes,
+        "processes": lim.nproc,
+        "cpu_s_per_process": lim.cpu_s,
+        "wall_s": lim.wall_s,
+        "file_size_bytes": lim.fsize_bytes,
+        "output_bytes": lim.output_bytes,
+        "tmp_bytes": lim.tmp_bytes,
+        "workspace_bytes": lim.disk_bytes,
+        "workspace_files": lim.disk_files,
+    }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent_harness.backends.loop import complete_all
 from agent_harness.types import Completion, Conversation, GenParams
 
 COUNT: Conversation = [{"role": "user", "content": "Count from 1 to 10, separated by commas. Output only the numbers."}]
@@ -16,9 +17,9 @@ CONVS: list[Conversation] = [
 
 
 def batch_of_three(backend: Any) -> list[Completion]:
-    """Three rows of different lengths in one call: counts, finish reasons, greedy determinism."""
+    """Three rows of different lengths sent together: counts, finish reasons, greedy determinism."""
     params = GenParams(max_tokens=24)
-    first = backend.generate(CONVS, params)
+    first = complete_all(backend, CONVS, params)
     assert len(first) == 3
     for conv, c in zip(CONVS, first, strict=True):
         assert c.text.strip(), c
@@ -29,7 +30,7 @@ def batch_of_three(backend: Any) -> list[Completion]:
     assert "1" in first[0].text and "hello" in first[2].text.lower()
     assert first[1].finish_reason == "length" and first[1].completion_tokens == 24
     assert first[2].finish_reason == "stop" and first[2].completion_tokens < 24
-    again = backend.generate(CONVS, params)
+    again = complete_all(backend, CONVS, params)
     assert [c.text for c in again] == [c.text for c in first]
     assert [c.completion_tokens for c in again] == [c.completion_tokens for c in first]
     return first
@@ -37,9 +38,9 @@ def batch_of_three(backend: Any) -> list[Completion]:
 
 def stop_string_cuts_generation(backend: Any) -> None:
     """A stop string ends the reply before it; the count runs up to the token that wrote it."""
-    [free] = backend.generate([COUNT], GenParams(max_tokens=40))
+    [free] = complete_all(backend, [COUNT], GenParams(max_tokens=40))
     assert "4" in free.text and "5" in free.text
-    [stopped] = backend.generate([COUNT], GenParams(max_tokens=40, stop=("4",)))
+    [stopped] = complete_all(backend, [COUNT], GenParams(max_tokens=40, stop=("4",)))
     assert stopped.finish_reason == "stop"
     assert "4" not in stopped.text and "3" in stopped.text
     assert free.text.startswith(stopped.text)
@@ -57,5 +58,5 @@ def observation_stays_text(backend: Any) -> None:
     ids = backend.encode(conv)
     assert ids.count(tok.convert_tokens_to_ids("<|im_start|>")) == 5  # system, user, assistant, user, generation
     assert inject in tok.decode(ids)
-    [out] = backend.generate([conv], GenParams(max_tokens=2))
+    [out] = complete_all(backend, [conv], GenParams(max_tokens=2))
     assert out.prompt_tokens == len(ids)

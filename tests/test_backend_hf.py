@@ -7,6 +7,7 @@ from backend_contract import CONVS, COUNT, batch_of_three, observation_stays_tex
 
 from agent_harness.backends import load_backend
 from agent_harness.backends.hf import HFBackend
+from agent_harness.backends.loop import complete_all
 from agent_harness.errors import BackendUnavailable
 from agent_harness.registry import ModelSpec
 from agent_harness.types import Conversation, GenParams
@@ -49,27 +50,32 @@ def test_stop_string_cuts_generation(hf_backend: HFBackend) -> None:
 @pytest.mark.model
 def test_stop_string_never_matches_across_the_prompt(hf_backend: HFBackend) -> None:
     """The prompt ends in "\n" and the reply starts with "1": "\n1" is not in the reply."""
-    [free] = hf_backend.generate([COUNT], GenParams(max_tokens=40))
+    [free] = complete_all(hf_backend, [COUNT], GenParams(max_tokens=40))
     assert free.text.startswith("1")
-    [out] = hf_backend.generate([COUNT], GenParams(max_tokens=40, stop=("\n1",)))
+    [out] = complete_all(hf_backend, [COUNT], GenParams(max_tokens=40, stop=("\n1",)))
     assert (out.text, out.completion_tokens, out.finish_reason) == (free.text, free.completion_tokens, "stop")
 
 
 @pytest.mark.model
 def test_sampling_is_reproducible_with_a_seed(hf_backend: HFBackend) -> None:
     params = GenParams(max_tokens=16, temperature=1.0, top_p=0.95, seed=123)
-    a = hf_backend.generate(CONVS[1:], params)
-    b = hf_backend.generate(CONVS[1:], params)
+    a = complete_all(hf_backend, CONVS[1:], params)
+    b = complete_all(hf_backend, CONVS[1:], params)
     assert [c.text for c in a] == [c.text for c in b]
     assert all(c.text for c in a)
 
 
 @pytest.mark.model
 def test_sub_batches_keep_order(hf_backend: HFBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three requests sent together are one batch of the queue, generated as two sub-batches."""
     monkeypatch.setattr(hf_backend, "max_batch", 2)
-    out = hf_backend.generate(CONVS, GenParams(max_tokens=4))
+    before = hf_backend.stats()
+    out = complete_all(hf_backend, CONVS, GenParams(max_tokens=4))
     assert [c.prompt_tokens for c in out] == [len(hf_backend.encode(c)) for c in CONVS]
     assert all(c.completion_tokens == 4 and c.finish_reason == "length" for c in out)
+    after = hf_backend.stats()
+    assert after["batches"] == before["batches"] + 1
+    assert after["mean_batch"] * after["batches"] - before["mean_batch"] * before["batches"] == pytest.approx(3)
 
 
 @pytest.mark.model
@@ -78,7 +84,7 @@ def test_context_length_clips_and_overflows(hf_backend: HFBackend, monkeypatch: 
     small = hf_backend.spec.model_copy(update={"context_length": n_prompt + 5})
     monkeypatch.setattr(hf_backend, "spec", small)
     long_conv: Conversation = [{"role": "user", "content": "word " * (n_prompt + 20)}]
-    clipped, overflow = hf_backend.generate([CONVS[1], long_conv], GenParams(max_tokens=40))
+    clipped, overflow = complete_all(hf_backend, [CONVS[1], long_conv], GenParams(max_tokens=40))
     assert clipped.prompt_tokens == n_prompt
     assert clipped.completion_tokens == 5 and clipped.finish_reason == "length" and clipped.text
     assert overflow.text == "" and overflow.finish_reason == "length" and overflow.completion_tokens == 0
@@ -95,19 +101,19 @@ def test_kv_reuse_matches_generate_and_hits_the_cache(hf_backend: HFBackend) -> 
     store.clear()
     params = GenParams(max_tokens=20, stop=("\nOBSERVATION:",))
     convs: list[Conversation] = [CONVS[1], COUNT]
-    first = hf_backend.generate(convs, params)
+    first = complete_all(hf_backend, convs, params)
     nxt = [[*c, {"role": "assistant", "content": f.text}, {"role": "user", "content": "OBSERVATION:\nok. Go on."}]
            for c, f in zip(convs, first, strict=True)]
     hits_before, miss_before = store.hits_tokens, store.miss_tokens
-    second = hf_backend.generate(nxt, params)
+    second = complete_all(hf_backend, nxt, params)
     reused = store.hits_tokens - hits_before
     computed = store.miss_tokens - miss_before
     assert reused >= sum(c.prompt_tokens for c in first), (reused, computed)  # whole first prompts reused
     assert [c.cached_tokens for c in first] == [0, 0] and sum(c.cached_tokens for c in second) == reused
     hf_backend.kv_store = None  # the generate() path, same weights
     try:
-        ref_first = hf_backend.generate(convs, params)
-        ref_second = hf_backend.generate(nxt, params)
+        ref_first = complete_all(hf_backend, convs, params)
+        ref_second = complete_all(hf_backend, nxt, params)
     finally:
         hf_backend.kv_store = store
     assert [c.text for c in first] == [c.text for c in ref_first]
@@ -127,13 +133,19 @@ def test_plan_rows_answers_full_prompts_and_keeps_order() -> None:
     from agent_harness.backends.stops import cut_at_stop, stop_strings
 
     def encode(conv: Conversation) -> list[int]:
+        if "refused" in conv[0]["content"]:
+            raise ValueError("the template refused it\nsecond line")
         return list(range(len(conv[0]["content"].split())))
 
     convs: list[Conversation] = [[{"role": "user", "content": " ".join(["w"] * n)}] for n in (3, 10, 6)]
-    results, rows = plan_rows(encode, convs, GenParams(max_tokens=5), [7, 8, 9], context_length=10)
+    convs.append([{"role": "user", "content": "refused"}])
+    results, rows = plan_rows(encode, convs, GenParams(max_tokens=5), [7, 8, 9, 10], context_length=10)
     assert rows == [Row(0, [0, 1, 2], 5, 7), Row(2, list(range(6)), 4, 9)]
     assert results[0] is None and results[2] is None
     assert results[1] is not None and (results[1].text, results[1].finish_reason) == ("", "length")
+    refused = results[3]  # this row's episode ends with the error; its batch-mates go on
+    assert refused is not None and (refused.text, refused.finish_reason) == ("", "error")
+    assert refused.error == "cannot encode the prompt: ValueError: the template refused it"
     assert stop_strings(GenParams(stop=("", "\nX", "Y"))) == ("\nX", "Y")
     assert cut_at_stop("aY b\nX", ("\nX", "Y")) == "a"  # the earliest stop wins, whatever its place in the list
     assert cut_at_stop("Yab", ("ab", "Y")) == "" and cut_at_stop("abc", ("Z",)) is None

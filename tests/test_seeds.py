@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from agent_harness.types import GenParams, request_seed, row_seeds
+from agent_harness.backends.loop import complete_all
+from agent_harness.types import Conversation, GenParams, request_seed, row_seeds
 
 if TYPE_CHECKING:
     from agent_harness.backends.hf import HFBackend
@@ -21,8 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SAMPLED = GenParams(max_tokens=16, temperature=0.8, top_p=0.95)
 
 
-def conv(text: str) -> list[dict[str, str]]:
-    return [{"role": "user", "content": text}]  # type: ignore[list-item]
+def conv(text: str) -> Conversation:
+    return [{"role": "user", "content": text}]
 
 
 def test_request_seed_depends_on_its_four_inputs_only() -> None:
@@ -59,12 +60,12 @@ def test_transformers_row_draw_does_not_depend_on_its_batch(hf32: HFBackend) -> 
     hf_backend = hf32
     assert hf_backend.info.details["dtype"] == "float32"
     a, b, c = conv("Write a haiku about rivers."), conv("Name three prime numbers."), conv("Say hi in French.")
-    alone = hf_backend.generate([b], SAMPLED, [11])
-    mixed = hf_backend.generate([a, b, c], SAMPLED, [7, 11, 13])
-    swapped = hf_backend.generate([c, a, b], SAMPLED, [13, 7, 11])
+    alone = complete_all(hf_backend, [b], SAMPLED, seeds=[11])
+    mixed = complete_all(hf_backend, [a, b, c], SAMPLED, seeds=[7, 11, 13])
+    swapped = complete_all(hf_backend, [c, a, b], SAMPLED, seeds=[13, 7, 11])
     assert alone[0].text == mixed[1].text == swapped[2].text
     assert mixed[0].text == swapped[1].text and mixed[2].text == swapped[0].text
-    other = hf_backend.generate([b, b, b, b], SAMPLED, [12, 13, 14, 15])
+    other = complete_all(hf_backend, [b, b, b, b], SAMPLED, seeds=[12, 13, 14, 15])
     assert len({o.text for o in other} | {alone[0].text}) > 1  # a seed really steers the draw
 
 

@@ -1,10 +1,11 @@
-"""Transformers backend: real batched `generate` over a whole list of conversations.
+"""Transformers backend: concurrent `complete` calls gathered into real batched generates.
 
-Conversations are rendered with the chat template (the spec's `chat_template` wins), sorted by
-length and split into sub-batches (at most `max_batch` rows and `max_batch_tokens` padded
-tokens), left-padded and generated together. Only `GenParams` steers decoding: the model's
-own generation defaults (e.g. a repetition penalty) are dropped at load, so transformers and
-vLLM runs of the same spec decode alike.
+A `Batcher` queues the requests that are in flight together and hands each group of one sampling
+setting to `_generate`: conversations are rendered with the chat template (the spec's
+`chat_template` wins), sorted by length and split into sub-batches (at most `max_batch` rows and
+`max_batch_tokens` padded tokens), left-padded and generated together. Only `GenParams` steers
+decoding: the model's own generation defaults (e.g. a repetition penalty) are dropped at load, so
+transformers and vLLM runs of the same spec decode alike.
 
 Token counts exclude padding and everything after a stop; `latency_s` is the wall time of the
 sub-batch that produced the completion (rows of one sub-batch share it).
@@ -16,12 +17,12 @@ import gc
 import logging
 import os
 import time
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendUnavailable, ConfigError, MissingExtraError
 from ..settings import get_settings
 from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams, RequestMeta
+from .batching import Batcher
 from .local import (
     Row,
     complete,
@@ -49,10 +50,12 @@ DEFAULT_MAX_BATCH_TOKENS = {"cpu": 48_000, "cuda": 400_000}
 # KV-cache reuse across agent steps (kv_reuse.py): on unless AGENT_HARNESS_HF_KV_REUSE=0; the store's
 # size in MiB is AGENT_HARNESS_HF_KV_CACHE_MB.
 DEFAULT_KV_CACHE_MB = {"cpu": 2048, "cuda": 8192}
+# Before a batch, wait for the last batch's callers for at most this share of its run time (batching.py).
+GATHER = 0.25
 
 
 class HFBackend:
-    """A causal LM loaded with transformers; `generate` batches the whole list it is given."""
+    """A causal LM loaded with transformers; concurrent `complete` calls run as one batched generate."""
 
     def __init__(self, spec: ModelSpec) -> None:
         torch, transformers = require_torch("transformers")
@@ -122,6 +125,7 @@ class HFBackend:
             details["threads"] = self.threads
         self.info = BackendInfo(requested="transformers", used="transformers", device=self.device,
                                 details=details)
+        self._batcher = Batcher(self._generate, name=f"transformers {spec.name}", gather=GATHER)
         log.info("transformers: %s loaded from %s on %s (%s) in %.1f s",
                  spec.name, source, self.device, dtype_name, self.load_s)
 
@@ -186,13 +190,23 @@ class HFBackend:
             batches.append([r])
         return batches
 
-    def generate(self, conversations: list[Conversation], params: GenParams,
-                 seeds: Sequence[int | None] | None = None,
-                 meta: Sequence[RequestMeta] | None = None) -> list[Completion]:
-        """One Completion per conversation, in order; the whole list runs as batched generate calls.
+    async def complete(self, conversation: Conversation, params: GenParams,
+                       meta: RequestMeta | None = None) -> Completion:
+        """The reply to one conversation, generated in a batch with the requests in flight beside it."""
+        if self.model is None:
+            raise BackendUnavailable(f"transformers backend for '{self.spec.name}' is closed")
+        return await self._batcher.submit(conversation, params, meta)
 
-        Sampled rows draw from their own generator seeded with their seed (`row_seeds`), so a row's
-        reply does not depend on which rows share its sub-batch.
+    def stats(self) -> dict[str, float]:
+        """Batches run and their mean number of rows (the run log records them)."""
+        return self._batcher.stats()
+
+    def _generate(self, conversations: list[Conversation], params: GenParams, seeds: list[int | None],
+                  metas: list[RequestMeta | None]) -> list[Completion]:
+        """The batch function: one Completion per conversation, in order, from batched generate calls.
+
+        Sampled rows draw from their own generator seeded with their seed, so a row's reply does not
+        depend on which rows share its sub-batch.
         """
         import torch
 
@@ -326,9 +340,10 @@ class HFBackend:
         return lo
 
     def close(self) -> None:
-        """Free the model (and the GPU cache); the backend cannot generate afterwards."""
+        """Stop the request queue, then free the model (and the GPU cache); no `complete` afterwards."""
         if getattr(self, "model", None) is None:
             return
+        self._batcher.close()
         self.model = None
         if self.kv_store is not None:
             self.kv_store.clear()

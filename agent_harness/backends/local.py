@@ -104,7 +104,7 @@ def new_token_budget(n_prompt: int, max_tokens: int, context_length: int) -> int
 
 @dataclass
 class Row:
-    """One conversation on its way through a local backend's `generate`."""
+    """One conversation on its way through a local backend's batch."""
 
     index: int  # its place in the batch
     ids: list[int]  # the prompt's token ids
@@ -114,7 +114,9 @@ class Row:
 
 def plan_rows(encode: Callable[[Conversation], list[int]], conversations: list[Conversation], params: GenParams,
               seeds: Sequence[int | None] | None, context_length: int) -> tuple[list[Completion | None], list[Row]]:
-    """Each conversation encoded, with its token budget and seed; one that fills the context is answered now.
+    """Each conversation encoded, with its token budget and seed; one that fills the context, or that the
+    chat template cannot encode (a Completion with `error`: that episode ends, its batch-mates go on), is
+    answered now.
 
     Returns (results, rows): `results[i]` is set for the conversations already answered, the rest are `rows`.
     """
@@ -124,7 +126,13 @@ def plan_rows(encode: Callable[[Conversation], list[int]], conversations: list[C
     rows: list[Row] = []
     row_seed = row_seeds(params, len(conversations), seeds)
     for i, conv in enumerate(conversations):
-        ids = encode(conv)
+        try:
+            ids = encode(conv)
+        except Exception as e:  # the template refused this conversation, or cannot keep its text as text
+            msg = f"cannot encode the prompt: {first_line(e)}"
+            log.warning("%s", msg)
+            results[i] = Completion("", None, None, "error", 0.0, cached_tokens=None, error=msg)
+            continue
         max_new = new_token_budget(len(ids), params.max_tokens, context_length)
         if max_new:
             rows.append(Row(i, ids, max_new, row_seed[i]))

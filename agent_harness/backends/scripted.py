@@ -7,13 +7,16 @@
   ``{"task": "<task id>", "replies": [...]}`` (replies for one task). When replies run out
   the backend writes FINAL.
 
-Each request's ``RequestMeta`` (``generate(..., meta=...)``) names its episode's task, strategy and
-turn: the oracle replays that task's calls, a per-task script that task's replies, and the k-th turn
-gets the k-th reply. Under the reflect and single-shot strategies the oracle answers with the
+Each request's ``RequestMeta`` (``complete(conversation, params, meta)``) names its episode's task,
+strategy and turn: the oracle replays that task's calls, a per-task script that task's replies, and
+the k-th turn gets the k-th reply. Under the reflect and single-shot strategies the oracle answers with the
 reference file in a ```python block and ``null`` with no code; to a prefilled assistant turn (the
 calibrated single-shot, reflect's bigcode draft) the oracle answers with the rest of the reference file,
 continuing the prefill as a model would. Without meta the turn is the number of assistant messages so
 far, and the oracle, which needs its task, refuses.
+
+Requests go through the same `Batcher` as the transformers backend's, so scripted runs exercise real
+batching; the replies never depend on the batch.
 """
 
 from __future__ import annotations
@@ -22,13 +25,13 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ..jsonl import read_jsonl
 from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams, RequestMeta
+from .batching import Batcher
 from .stops import cut_at_stop, stop_strings
 
 if TYPE_CHECKING:
@@ -65,11 +68,11 @@ class ScriptedBackend:
     def __init__(self, mode: str, script_path: Path | None = None) -> None:
         self.mode = mode
         self.info = BackendInfo(requested="scripted", used="scripted", details={"script": mode})
-        self._queued: list[tuple[str, Completion]] = []
         self._shared: list[str] = []
         self._per_task: dict[str, list[str]] = {}
         if script_path is not None:
             self._shared, self._per_task = _load_script(script_path)
+        self._batcher = Batcher(self._answer, name=f"scripted {mode}")
 
     def _reply(self, conv: Conversation, meta: RequestMeta | None) -> str:
         task = meta.task if meta is not None else None
@@ -86,7 +89,7 @@ class ScriptedBackend:
             return "THOUGHT: I will leave the code as it is.\nFINAL: no changes"
         if self.mode == "oracle":
             if task is None:
-                raise ConfigError("scripted oracle: the request names no task (pass meta=[RequestMeta(task)])")
+                raise ConfigError("scripted oracle: the request names no task (pass meta=RequestMeta(task))")
             if turn < len(task.oracle):
                 call = task.oracle[turn]
                 return render_call(f"Reference step {turn + 1}.", call["tool"], call.get("args", {}))
@@ -94,15 +97,21 @@ class ScriptedBackend:
         replies = self._per_task.get(task.id, self._shared) if task is not None else self._shared
         return replies[turn] if turn < len(replies) else FINAL_TEXT
 
-    def generate(self, conversations: list[Conversation], params: GenParams,
-                 seeds: Sequence[int | None] | None = None,
-                 meta: Sequence[RequestMeta] | None = None) -> list[Completion]:  # replies do not sample
-        if meta is not None and len(meta) != len(conversations):
-            raise ValueError(f"{len(meta)} request metas for {len(conversations)} conversations")
+    async def complete(self, conversation: Conversation, params: GenParams,
+                       meta: RequestMeta | None = None) -> Completion:
+        if meta is None and self.mode == "oracle":  # refused here, so the batch it would join goes on
+            raise ConfigError("scripted oracle: the request names no task (pass meta=RequestMeta(task))")
+        return await self._batcher.submit(conversation, params, meta)
+
+    def stats(self) -> dict[str, float]:
+        return self._batcher.stats()
+
+    def _answer(self, conversations: list[Conversation], params: GenParams, seeds: list[int | None],
+                metas: list[RequestMeta | None]) -> list[Completion]:  # the batch function; replies do not sample
         out = []
-        for i, conv in enumerate(conversations):
+        for conv, meta in zip(conversations, metas, strict=True):
             start = time.perf_counter()
-            text = self._reply(conv, meta[i] if meta is not None else None)
+            text = self._reply(conv, meta)
             # Stop strings apply as they would for a real model.
             finish: FinishReason = "stop"
             cut = cut_at_stop(text, stop_strings(params))
@@ -122,20 +131,8 @@ class ScriptedBackend:
             )
         return out
 
-    # StreamingBackend: replies are computed at submit time, so the streaming runner path is testable
-    def submit(self, key: str, conversation: Conversation, params: GenParams,
-               meta: RequestMeta | None = None) -> None:
-        self._queued.append((key, self.generate([conversation], params, meta=None if meta is None else [meta])[0]))
-
-    def poll(self) -> list[tuple[str, Completion]]:
-        done, self._queued = self._queued, []
-        return done
-
-    def pending(self) -> int:
-        return len(self._queued)
-
     def close(self) -> None:
-        self._queued.clear()
+        self._batcher.close()
 
 
 def slow_start(delay_s: float) -> None:

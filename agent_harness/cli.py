@@ -126,9 +126,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="helper off: sample warmer (0.3, +0.2 per repeat) while the last write was stale")
     p.add_argument("--backend", choices=["transformers", "vllm", "openai", "scripted"], default=None,
                    help="force this backend for every model (default: each model's own, with fallback)")
-    p.add_argument("--no-streaming", action="store_true",
-                   help="one batch per tick even when the backend can take requests one by one (vLLM, scripted)")
-    p.add_argument("--workers", type=int, default=4, help="threads for tools and tests")
+    p.add_argument("--no-streaming", action="store_true", help=argparse.SUPPRESS)  # no effect: one loop since 0.2
+    p.add_argument("--workers", type=int, default=4, help="episodes doing harness work (tools, tests, scoring) at once")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--list-models", action="store_true", help="print the registry and exit")
     p.add_argument("--list-scenarios", action="store_true", help="print the scenarios and exit")
@@ -195,7 +194,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         reflect=ReflectConfig(**({"iters": args.iters} if args.iters is not None else {}),
                               draft=args.reflect_draft or "chat"),
         workers=args.workers,
-        backend=args.backend, streaming=not args.no_streaming,
+        backend=args.backend,
         progress=not args.no_progress and sys.stderr.isatty(),
         agent=AgentConfig(
             max_steps=args.max_steps, max_total_tokens=args.max_total_tokens or None, max_wall_s=args.max_wall_s,

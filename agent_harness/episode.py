@@ -1,13 +1,22 @@
-"""The state every strategy's episode carries; the strategies (agent, reflect, single-shot) are step
-functions over it: `prompt()`, `gen_params()`, `advance(completion)` until `done`."""
+"""The state every strategy's episode carries. Each strategy is a plain loop over it, `run(ask)`: ask the
+model (`Ask`, the runner's way to the backend), take the reply, until `done`."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from .types import Completion
+from .types import Completion, Conversation, GenParams, RequestMeta
+
+if TYPE_CHECKING:
+    from .trace_model import Trace
+
+
+class Ask(Protocol):
+    """The model, as a strategy sees it: one conversation in, one reply out (the runner batches)."""
+
+    def __call__(self, conversation: Conversation, params: GenParams, meta: RequestMeta) -> Completion: ...
 
 
 @dataclass(kw_only=True)
@@ -27,6 +36,13 @@ class EpisodeState:
     @property
     def done(self) -> bool:
         return self.exit_reason is not None
+
+    def run(self, ask: Ask) -> None:
+        """Work on the task until done (each strategy's loop)."""
+        raise NotImplementedError
+
+    def annotate(self, trace: Trace) -> None:
+        """Add the strategy's own records to the trace header (nothing by default)."""
 
     def _step(self, type_: str, text: str, **extra: Any) -> dict[str, Any]:
         step = {"i": len(self.steps), "turn": self.turn, "type": type_, "text": text, **extra}

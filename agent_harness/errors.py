@@ -77,6 +77,14 @@ class BackendError(HarnessError):
     """A backend broke its contract (e.g. no completion for a conversation) or failed while running."""
 
 
+class ModelCallFailed(BackendError):
+    """The backend raised while completing one request: that episode ends, the others go on."""
+
+
+class UnusableReply(BackendError):
+    """The server's reply could not be used (`Completion.error`): the episode ends with no verdict."""
+
+
 def validation_error(source: object, e: ValidationError, data: Any, *, id_key: str = "id",
                      tagged: str = "item", kinds: Sequence[str] = ()) -> ConfigError:
     """The first problem pydantic found in `data` (read from `source`), as one line:

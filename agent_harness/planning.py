@@ -48,7 +48,6 @@ class RunConfig:
     workers: int = 4  # threads running tools, tests and workspace set-up
     progress: bool = True
     backend: str | None = None  # force this backend for every model (default: each model's own)
-    streaming: bool = True  # continuous batching when the backend supports it (else one batch per tick)
     reflect: ReflectConfig = field(default_factory=ReflectConfig)
 
     def __post_init__(self) -> None:

@@ -14,7 +14,7 @@ from .scheduler import ModelRun
 from .text import printable, terminal_stream
 from .trace import harness_version
 from .trace_model import Trace
-from .types import Backend, StreamingBackend
+from .types import Backend
 
 
 def progress_bar(cfg: RunConfig, total: int, model: str) -> Any:
@@ -58,8 +58,8 @@ def run_stats(spec: ModelSpec, backend: Backend, mr: ModelRun, episodes: int, lo
         "episodes": episodes, "concurrency": cfg.concurrency, "load_s": round(load_s, 2),
         "wall_s": round(wall_s, 2), "generate_s": round(mr.gen_s, 2),
         "overhead_share": round(1 - mr.gen_s / wall_s, 4) if wall_s > 0 else None,
-        "generate_calls": mr.calls, "mean_batch": round(mr.rows / mr.calls, 2) if mr.calls else 0,
-        "streaming": cfg.streaming and isinstance(backend, StreamingBackend),
+        "requests": mr.busy.requests, "mean_batch": round(mr.busy.mean_in_flight, 2),
+        **({"backend_stats": stats()} if callable(stats := getattr(backend, "stats", None)) else {}),
         "prompt_tokens": mr.prompt_tokens, "cached_prompt_tokens": mr.cached_tokens,
         "completion_tokens": mr.tokens,
         "completion_tok_per_s": round(mr.tokens / wall_s, 2) if wall_s > 0 else None,

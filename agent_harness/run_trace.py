@@ -13,10 +13,7 @@ from .episode import EpisodeState
 from .planning import Job, RunConfig
 from .registry import ModelSpec
 from .sandbox import describe_bounds
-from .strategies.chain import ReflectThenReact
-from .strategies.react import Episode
-from .strategies.reflect import ReflectEpisode
-from .strategies.single_shot import ChatSingleShotEpisode, SingleShotEpisode
+from .strategies import AnyEpisode
 from .trace import SCHEMA_VERSION, harness_version
 from .trace_model import AgentInfo, Fingerprint, Generation, Mode, ModelInfo, Outcome, Prompt, Sandbox, Strategy, Trace
 from .types import BackendInfo, GenParams, Task
@@ -36,15 +33,18 @@ class Live:
     """One running episode and the trace that mirrors it on disk."""
 
     job: Job
-    episode: Episode | SingleShotEpisode | ChatSingleShotEpisode | ReflectEpisode | ReflectThenReact | Unstarted
+    episode: AnyEpisode | Unstarted
     trace: Trace
     started: float = field(default_factory=time.monotonic)
     vectors: list[list[float]] | None = None  # step embeddings, once the episode is done
-    backend_fault: str | None = None  # the server's bad reply that ended the episode: no verdict
+    backend_fault: str | None = None  # the backend failed a request (bad reply, fault): no verdict
 
     def sync(self) -> None:
         """Copy the episode's steps and counters into the trace (the episode's own records stay its own)."""
         ep, out = self.episode, self.trace.outcome
+        task_message = getattr(ep, "user_prompt", "")  # as the model got it (made when the loop began)
+        if isinstance(task_message, str) and task_message:
+            self.trace.prompt.task = task_message
         steps = [dict(s) for s in ep.steps]
         for s, vec in zip(steps, self.vectors or (), strict=False):
             s["embedding"] = vec

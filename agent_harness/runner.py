@@ -1,12 +1,12 @@
-"""Run models × scenarios × tasks with episode-level batching, traces, scoring and resume.
+"""Run models × scenarios × tasks: traces, scoring and resume, one model at a time.
 
-For each model, up to `concurrency` episodes are live at once. Every tick the prompts of all
-live episodes go to the backend as one batch; each reply is then parsed and its tool run in a
-worker thread; a finished episode is scored, embedded and replaced by the next task.
+For each model, up to `concurrency` episodes run at once, each a plain loop in a worker thread; the
+backend batches the requests they have in flight. A finished episode is scored, embedded and written,
+and the next task starts.
 
-The parts live apart: `planning` (configuration, jobs, resume), `scheduler` (one model's episodes:
-the tick loop and continuous batching), `run_trace` (each episode's trace), `progress` (progress bar,
-timing statistics). Their public names are importable from here.
+The parts live apart: `planning` (configuration, jobs, resume), `scheduler` (one model's episodes),
+`run_trace` (each episode's trace), `progress` (progress bar, timing statistics). Their public names
+are importable from here.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from . import stop
@@ -37,7 +36,7 @@ from .registry import ModelSpec
 from .run_trace import Live, Unstarted, new_trace
 from .scheduler import ModelRun
 from .trace_io import append_text
-from .types import Backend, StreamingBackend
+from .types import Backend
 
 __all__ = ["STRATEGIES", "Job", "Live", "ModelRun", "RunConfig", "Unstarted", "model_jobs", "new_trace",
            "pending_jobs", "plan_jobs", "run"]
@@ -58,12 +57,7 @@ def run(cfg: RunConfig) -> dict[str, Any]:
     get_settings()  # a bad AGENT_HARNESS_* value stops the run here, before any work
     log.info("sandbox: %s", detect_sandbox())
     embedder = get_embedder(cfg.embed)
-    with ThreadPoolExecutor(max_workers=cfg.workers) as pool:
-        try:
-            work = _run_models(cfg, pool, embedder)
-        except BaseException:  # a stop, or a fault: no queued episode starts; the ones under way finish
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
+    work = _run_models(cfg, embedder)
     from .summary import summarize, write_summary
 
     ours = [j for jobs in work.values() for j in jobs]
@@ -90,7 +84,7 @@ def start_backend(spec: ModelSpec, force: str | None) -> Backend:
         raise
 
 
-def _run_models(cfg: RunConfig, pool: ThreadPoolExecutor, embedder: Any) -> dict[str, list[Job]]:
+def _run_models(cfg: RunConfig, embedder: Any) -> dict[str, list[Job]]:
     """Every model's pending episodes, one model at a time; returns each model's planned jobs."""
     import json
 
@@ -116,10 +110,9 @@ def _run_models(cfg: RunConfig, pool: ThreadPoolExecutor, embedder: Any) -> dict
                 log.warning("%s: using %s (%s)", spec.name, backend.info.used, backend.info.fallback_reason)
             with progress_bar(cfg, len(pending), spec.name) as progress:
                 ticker = Ticker(progress)
-                mr = ModelRun(cfg, spec, backend, embedder, pool, ticker)
+                mr = ModelRun(cfg, spec, backend, embedder, ticker)
                 ticker.run = mr
-                streaming = cfg.streaming and isinstance(backend, StreamingBackend)
-                (mr.run_streaming if streaming else mr.run)(pending)
+                mr.run(pending)
                 stats = run_stats(spec, backend, mr, len(pending), load_s, time.monotonic() - ticker.t0, cfg)
             cfg.out.mkdir(parents=True, exist_ok=True)
             try:

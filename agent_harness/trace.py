@@ -115,7 +115,8 @@ ResumeStatus = Literal["reuse", "changed", "incomplete", "new"]
 
 # An episode a bad server reply ended has no verdict (outcome.score_error of this type): --resume redoes it.
 BACKEND_FAULT = "BackendError"
-UNSCORED_BACKEND = "not scored: the episode ended on a bad server reply (outcome.error); --resume runs it again"
+UNSCORED_BACKEND = ("not scored: the backend failed this episode's request (a bad server reply or a backend fault, "
+                    "outcome.error); --resume runs it again")
 
 
 def resume_status(path: Path, fingerprint: str) -> ResumeStatus:

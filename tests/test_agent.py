@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from agent_harness.backends.loop import complete_all
 from agent_harness.backends.scripted import ScriptedBackend
 from agent_harness.protocol import ERROR_HEADER, NEXT_STEP, OBSERVATION_HEADER, next_step
 from agent_harness.sandbox import Limits
@@ -20,7 +21,7 @@ from agent_harness.strategies.react import (
     Episode,
     run_episode,
 )
-from agent_harness.types import GenParams, RequestMeta, Task
+from agent_harness.types import Completion, Conversation, GenParams, RequestMeta, Task
 from agent_harness.workspace import Workspace
 
 BUGGY = "def add(a, b):\n    return a - b\n"
@@ -176,10 +177,12 @@ def test_identical_replies_switch_to_sampling_for_one_step(tmp_path: Path) -> No
             ep = Episode(TASK, ws, GenParams(max_tokens=400), AgentConfig(loop_temperature=loop_temperature,
                                                                               submit_checks=0))
             seen = temps.setdefault(loop_temperature, [])
-            while not ep.done:
-                params = ep.gen_params()
-                seen.append(params.temperature)
-                ep.advance(backend.generate([ep.prompt()], params, meta=[RequestMeta(TASK, turn=ep.turn)])[0])
+
+            def ask(conversation: Conversation, params: GenParams, meta: RequestMeta) -> Completion:
+                seen.append(params.temperature)  # noqa: B023  # used before the next loop round
+                return complete_all(backend, [conversation], params, [meta])[0]  # noqa: B023
+
+            ep.run(ask)
         finally:
             ws.cleanup()
     assert temps == {0.7: [0.0, 0.0, 0.7, 0.0], None: [0.0, 0.0, 0.0, 0.0]}
@@ -292,6 +295,7 @@ def test_initial_files_show_the_task_focus_as_it_is() -> None:
         ws = Workspace.create(task.files, test_cmd=task.test_cmd, limits=LIMITS)
         try:
             ep = Episode(task, ws, GenParams(max_tokens=100), AgentConfig(initial_files=on))
+            ep.begin()
         finally:
             ws.cleanup()
         assert (shown in ep.user_prompt) is expect, (focus, on)

@@ -18,7 +18,7 @@ from agent_harness.strategies.chain import ReflectThenReact
 from agent_harness.strategies.react import AgentConfig, Episode
 from agent_harness.strategies.reflect import ReflectConfig
 from agent_harness.trace import load_traces, validate_trace
-from agent_harness.types import Completion, GenParams
+from agent_harness.types import Completion, Conversation, GenParams, RequestMeta
 from agent_harness.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,8 +45,21 @@ def chain() -> Iterator[ReflectThenReact]:
     ws.cleanup()
 
 
+class Replies:
+    """The model as a list of replies, answering the chain's requests in order; keeps what each asked
+    and what the workspace held when it asked."""
+
+    def __init__(self, chain: ReflectThenReact, *replies: Completion) -> None:
+        self.chain, self.replies = chain, list(replies)
+        self.asked: list[tuple[Conversation, GenParams, RequestMeta, str]] = []
+
+    def __call__(self, conversation: Conversation, params: GenParams, meta: RequestMeta) -> Completion:
+        self.asked.append((conversation, params, meta, (Path(self.chain.ws.root) / TARGET).read_text()))
+        return self.replies.pop(0)
+
+
 def test_a_reflect_pass_ends_the_episode(chain: ReflectThenReact) -> None:
-    chain.advance(reply(f"```python\n{FIXED}```"))
+    chain.run(Replies(chain, reply(f"```python\n{FIXED}```")))
     assert chain.exit_reason == "submitted" and chain.phase == "reflect" and chain.turn == 1
     assert [s["type"] for s in chain.steps] == ["attempt", "feedback"]
     assert {s["phase"] for s in chain.steps} == {"reflect"} and SCENARIO.score(TASK, chain.ws, []).passed
@@ -54,32 +67,33 @@ def test_a_reflect_pass_ends_the_episode(chain: ReflectThenReact) -> None:
 
 def test_after_failed_reflect_the_files_are_back_and_react_asks_what_it_asks_alone(chain: ReflectThenReact) -> None:
     original = TASK.files[TARGET]
-    chain.advance(reply(WRONG))
-    assert chain.phase == "reflect" and not chain.done
-    assert chain.gen_params().temperature == 0.4  # reflect's own schedule
-    chain.advance(reply(WRONG))
-    assert chain.phase == "react" and not chain.done and chain.turn == 2
-    assert (Path(chain.ws.root) / TARGET).read_text() == original  # reflect's version is gone
+    done = reply("THOUGHT: done.\nFINAL: fixed truncate_number")
+    model = Replies(chain, reply(WRONG), reply(WRONG), write_fix(), done)
+    chain.run(model)
+    assert chain.exit_reason == "submitted" and chain.final == "fixed truncate_number"
+    assert [(m.strategy, m.turn) for _, _, m, _ in model.asked] == [("reflect", 0), ("reflect", 1), ("react", 0),
+                                                                   ("react", 1)]
+    assert model.asked[1][1].temperature == 0.4  # reflect's own schedule
+    first_react, params, _, held = model.asked[2]
+    assert held == original  # reflect's version is gone before react asks
 
     handoff = next(s for s in chain.steps if s["type"] == "handoff")
     assert handoff["turn"] == 2 and handoff["phase"] == "react"
     assert "reflect ended (max_steps) after 2" in handoff["text"]
-    assert [s["type"] for s in chain.steps[handoff["i"]:]] == ["handoff", "initial_tests"]
+    assert [s["type"] for s in chain.steps[handoff["i"]:handoff["i"] + 2]] == ["handoff", "initial_tests"]
     assert [s["i"] for s in chain.steps] == list(range(len(chain.steps)))
 
     ws = Workspace.create(TASK.files, test_cmd=TASK.test_cmd)  # the same task, react alone
     try:
         alone = Episode(TASK, ws, PARAMS, AgentConfig())
-        assert chain.prompt() == alone.prompt()
-        assert chain.gen_params() == alone.gen_params()  # same turn-0 seed and temperature as react alone
+        alone.begin()
+        assert first_react == alone.prompt()
+        assert params == alone.gen_params()  # same turn-0 seed and temperature as react alone
         assert handoff["system_prompt"] == alone.system_prompt and handoff["task_message"] == alone.user_prompt
     finally:
         ws.cleanup()
 
-    chain.advance(write_fix())
-    assert chain.turn == 3 and chain.steps[-1]["type"] == "tool_result" and chain.steps[-1]["turn"] == 3 - 1
-    chain.advance(reply("THOUGHT: done.\nFINAL: fixed truncate_number"))
-    assert chain.exit_reason == "submitted" and chain.final == "fixed truncate_number"
+    assert chain.turn == 4 and [s for s in chain.steps if s["type"] == "tool_result"][-1]["turn"] == 2
     assert SCENARIO.score(TASK, chain.ws, []).passed
     assert chain.prompt_tokens == 40 and chain.completion_tokens == 20  # both phases counted
 

@@ -1,6 +1,6 @@
 """One episode's fault never stops a run: set-up, agent step, prompt, trace writing and embedding faults.
 
-The runner's real loops (ticks and streaming) drive real workspaces and the scripted backend; the
+The runner's real loop drives real workspaces and the scripted backend; the
 faults come from what a backend or embedder can really hand the runner (a reply it cannot record,
 a prompt the engine refuses, an embedder that breaks) and from a task whose files cannot be placed.
 """
@@ -11,8 +11,7 @@ import dataclasses
 import json
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,25 +42,17 @@ class FaultyBackend(ScriptedBackend):
     def _fault(self, meta: RequestMeta | None) -> str | None:
         return self.faults.get(meta.task.id) if meta is not None else None
 
-    def generate(self, conversations: list[Conversation], params: GenParams,
-                 seeds: Sequence[int | None] | None = None,
-                 meta: Sequence[RequestMeta] | None = None) -> list[Completion]:
-        out = []
-        replies = super().generate(conversations, params, seeds, meta)
-        for i, c in enumerate(replies):
-            fault = self._fault(meta[i] if meta is not None else None)
-            if fault == "advance":
-                c = _Unrecordable(**dataclasses.asdict(c))
-            elif fault == "trace":
-                c = dataclasses.replace(c, latency_s=object())  # type: ignore[arg-type]  # not JSON
-            out.append(c)
-        return out
-
-    def submit(self, key: str, conversation: Conversation, params: GenParams,
-               meta: RequestMeta | None = None) -> None:
-        if self._fault(meta) == "submit":
+    async def complete(self, conversation: Conversation, params: GenParams,
+                       meta: RequestMeta | None = None) -> Completion:
+        fault = self._fault(meta)
+        if fault == "submit":
             raise RuntimeError("prompt refused by the engine")
-        super().submit(key, conversation, params, meta)
+        c = await super().complete(conversation, params, meta)
+        if fault == "advance":
+            c = _Unrecordable(**dataclasses.asdict(c))
+        elif fault == "trace":
+            c = dataclasses.replace(c, latency_s=object())  # type: ignore[arg-type]  # not JSON
+        return c
 
 
 class BrokenEmbedder:
@@ -89,21 +80,16 @@ def ws_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     shutil.rmtree(d, ignore_errors=True)
 
 
-@pytest.mark.parametrize("streaming", [True, False])
-def test_episode_faults_end_only_their_episode(streaming: bool, tmp_path: Path, ws_dir: Path) -> None:
+def test_episode_faults_end_only_their_episode(tmp_path: Path, ws_dir: Path) -> None:
     out = tmp_path / "traces"
     spec = ModelSpec(name="faulty", backend="scripted", script="oracle")
     cfg = RunConfig(models=[spec], out=out, n=5, concurrency=3, embed=False)
     jobs = _jobs(cfg, spec)
     jobs[0].task = dataclasses.replace(jobs[0].task, files={"../outside.py": ""})  # cannot be placed
-    faults = {jobs[1].task.id: "advance", jobs[2].task.id: "trace"}
-    if streaming:
-        faults[jobs[3].task.id] = "submit"
+    faults = {jobs[1].task.id: "advance", jobs[2].task.id: "trace", jobs[3].task.id: "submit"}
     backend = FaultyBackend(faults)
     done: list[dict[str, Any]] = []
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        mr = ModelRun(cfg, spec, backend, BrokenEmbedder(), pool, done.append)
-        (mr.run_streaming if streaming else mr.run)(jobs)
+    ModelRun(cfg, spec, backend, BrokenEmbedder(), done.append).run(jobs)
     assert len(done) == 5
     assert not list(ws_dir.glob("agent-harness-ws-*"))  # every workspace removed, the broken ones too
     on_disk = {j.task.id: json.loads(j.path.read_text()) for j in jobs}
@@ -116,9 +102,9 @@ def test_episode_faults_end_only_their_episode(streaming: bool, tmp_path: Path, 
     assert on_disk[jobs[0].task.id]["outcome"]["passed"] is None
     assert errors[jobs[1].task.id].startswith("the agent step failed: RuntimeError: boom")
     assert errors[jobs[2].task.id].startswith("writing the trace failed: TypeError:")
-    if streaming:
-        assert errors[jobs[3].task.id].startswith("sending the prompt failed: RuntimeError: prompt refused")
+    assert errors[jobs[3].task.id].startswith("sending the prompt failed: RuntimeError: prompt refused")
+    assert on_disk[jobs[3].task.id]["outcome"]["passed"] is None  # the backend failed, not the model
     ok = on_disk[jobs[4].task.id]
     assert ok["outcome"]["passed"] is True and ok["embeddings"] is None  # a verdict survives the embedder fault
     summary = summarize(out)["faulty"]["humanevalfix"]
-    assert summary["n_episodes"] == 5 and summary["unscored"] == 1
+    assert summary["n_episodes"] == 5 and summary["unscored"] == 2

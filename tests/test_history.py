@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from agent_harness.backends.loop import complete_all
 from agent_harness.backends.scripted import ScriptedBackend
 from agent_harness.errors import ConfigError
 from agent_harness.history import STALE_HINT, elisions, rebuild_prompt
@@ -22,7 +23,7 @@ from agent_harness.scenarios import TaskQuery, get_scenario
 from agent_harness.strategies.react import AgentConfig, Episode
 from agent_harness.trace import validate_trace
 from agent_harness.trace_model import SCHEMA_VERSION
-from agent_harness.types import Conversation, GenParams, RequestMeta, Task, request_seed
+from agent_harness.types import Completion, Conversation, GenParams, RequestMeta, Task, request_seed
 from agent_harness.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,12 +84,13 @@ def episode(tmp_path: Path) -> Iterator[Callable[..., Run]]:
         config.setdefault("submit_checks", 0)
         config.setdefault("max_steps", 20)
         out = Run(Episode(TASK, ws, GenParams(max_tokens=400, seed=seed), AgentConfig(**config)))
-        while not out.ep.done:
-            out.prompts.append(out.ep.prompt())
-            out.params.append(out.ep.gen_params())
-            [completion] = backend.generate([out.prompts[-1]], out.params[-1],
-                                            meta=[RequestMeta(TASK, turn=out.ep.turn)])
-            out.ep.advance(completion)
+
+        def ask(conversation: Conversation, params: GenParams, meta: RequestMeta) -> Completion:
+            out.prompts.append(conversation)
+            out.params.append(params)
+            return complete_all(backend, [conversation], params, [meta])[0]
+
+        out.ep.run(ask)
         return out
 
     yield run
@@ -371,14 +373,18 @@ def test_cli_condensed_trace_rebuilds_the_prompts(tmp_path: Path, episode: Calla
     ws = Workspace.create(task.files, test_cmd=task.test_cmd)
     backend = ScriptedBackend("replay", script)
     ep = Episode(task, ws, GenParams(max_tokens=384), AgentConfig(history="condensed"))
+    turns: list[int] = []
+
+    def ask(conversation: Conversation, params: GenParams, meta: RequestMeta) -> Completion:
+        assert rebuild_prompt(trace, meta.turn) == conversation
+        turns.append(meta.turn)
+        return complete_all(backend, [conversation], params, [meta])[0]
+
     try:
-        for t in range(len(replies)):
-            prompt = ep.prompt()
-            assert rebuild_prompt(trace, t) == prompt
-            ep.advance(backend.generate([prompt], ep.gen_params(), meta=[RequestMeta(task, turn=t)])[0])
+        ep.run(ask)
     finally:
         ws.cleanup()
-    assert ep.done
+    assert ep.done and turns == list(range(len(replies)))
 
 
 def test_unknown_history_is_a_config_error() -> None:

@@ -57,11 +57,9 @@ def hidden_pass(ep: ReflectEpisode) -> bool:
 # ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("loop", ["streaming", "tick"])
-def test_reflect_end_to_end_oracle_and_null(tmp_path: Path, loop: str) -> None:
+def test_reflect_end_to_end_oracle_and_null(tmp_path: Path) -> None:
     out = tmp_path / "traces"
-    r = cli("--models", "oracle,null", "--agent", "reflect", "--n", "3", "--out", str(out), "--no-embed",
-            *(["--no-streaming"] if loop == "tick" else []))
+    r = cli("--models", "oracle,null", "--agent", "reflect", "--n", "3", "--out", str(out), "--no-embed")
     assert r.returncode == 0, r.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["oracle"]["humanevalfix-reflect"]["pass@1"] == 1.0

@@ -132,8 +132,6 @@ def test_export_leaves_only_named_model_fields_untyped() -> None:
 
 def test_embeddings_go_to_the_trace_not_into_the_episodes_steps(tmp_path: Path) -> None:
     """The trace holds copies of the steps: the embedder's vectors never land in the episode's own records."""
-    from concurrent.futures import ThreadPoolExecutor
-
     from agent_harness.backends.scripted import ScriptedBackend
     from agent_harness.registry import ModelSpec
     from agent_harness.run_trace import Live
@@ -158,8 +156,7 @@ def test_embeddings_go_to_the_trace_not_into_the_episodes_steps(tmp_path: Path) 
     backend = ScriptedBackend("oracle")
     episodes: list[list[dict[str, Any]]] = []
     done: list[Trace] = []
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        Keeping(cfg, spec, backend, Lengths(), pool, done.append).run(jobs)
+    Keeping(cfg, spec, backend, Lengths(), done.append).run(jobs)
     assert len(done) == 2 and all(t.outcome.passed for t in done)
     assert all(steps and not any("embedding" in s for s in steps) for steps in episodes)
     for j in jobs:

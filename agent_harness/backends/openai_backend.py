@@ -52,13 +52,12 @@ import random
 import re
 import threading
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendError, BackendUnavailable, ConfigError, MissingExtraError
 from ..settings import get_settings
-from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams, RequestMeta, row_seeds
+from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams, RequestMeta
 from .endpoint_pool import Endpoint, EndpointPool, Outcome
 from .local import context_full, first_line, new_token_budget
 from .openai_http import LoopClients, StreamCut, read_head, read_reply, retry_after
@@ -318,15 +317,6 @@ class OpenAIBackend:
             said = next(filter(None, m.groups())) if m else ""
             raise ContextTooLong(f"{ep.url}: HTTP 400: {msg}", int(said) if len(said) < 12 else None)
         raise BackendUnavailable(f"{ep.url}: HTTP {status}: {msg}")
-
-    # TRANSITION (issue 27): the old scheduler's batch call; goes with it.
-    def generate(self, conversations: list[Conversation], params: GenParams,
-                 seeds: Sequence[int | None] | None = None,
-                 meta: Sequence[RequestMeta] | None = None) -> list[Completion]:
-        from .loop import complete_all
-
-        rows = None if seeds is None else row_seeds(params, len(conversations), seeds)
-        return complete_all(self, conversations, params, meta, rows)
 
 
 def create(spec: ModelSpec) -> OpenAIBackend:

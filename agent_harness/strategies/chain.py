@@ -12,14 +12,17 @@ the standard one, `agent.demo` in the header says whether it was shown).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
-from ..episode import EpisodeState
+from ..episode import Ask, EpisodeState
 from ..tools import restore_files
-from ..types import Completion, Conversation, GenParams, Task
+from ..types import Completion, Conversation, GenParams, RequestMeta, Task
 from ..workspace import Workspace
 from .react import AgentConfig, Episode
 from .reflect import Reflectable, ReflectConfig, ReflectEpisode
+
+if TYPE_CHECKING:
+    from ..trace_model import Trace
 
 Phase = Literal["reflect", "react"]
 
@@ -47,39 +50,47 @@ class ReflectThenReact(EpisodeState):
     def phase(self) -> Phase:
         return "reflect" if isinstance(self.current, ReflectEpisode) else "react"
 
-    def prompt(self) -> Conversation:
-        return self.current.prompt()
-
-    def gen_params(self) -> GenParams:
-        return self.current.gen_params()
-
-    def advance(self, c: Completion) -> list[dict[str, Any]]:
-        first = len(self.steps)
-        self.current.advance(c)
-        self._count(c)
-        self.turn = self._offset + self.current.turn
+    def run(self, ask: Ask) -> None:
+        """Reflect; unless that passed, put the files back and run the tool agent."""
+        self.current.run(self._phase(ask))
         self._sync()
-        if self.current.done:
-            if self.phase == "reflect" and self.current.exit_reason != "submitted":
-                self._handoff()
-            else:
-                self.exit_reason, self.final = self.current.exit_reason, self.current.final
-        return self.steps[first:]
+        if self.current.exit_reason != "submitted":
+            self._handoff()
+            self.current.run(self._phase(ask))
+            self._sync()
+        self.exit_reason, self.final = self.current.exit_reason, self.current.final
+
+    def annotate(self, trace: Trace) -> None:
+        trace.agent.reflect = self.reflect.record()
+
+    def _phase(self, ask: Ask) -> Ask:
+        """`ask` for the current phase: the chain's record is brought up to date before each request
+        (the runner writes it then) and the reply's tokens are counted for the chain too."""
+        def phase_ask(conversation: Conversation, params: GenParams, meta: RequestMeta) -> Completion:
+            self._sync()
+            reply = ask(conversation, params, meta)
+            self._count(reply)
+            return reply
+
+        return phase_ask
 
     def _sync(self) -> None:
+        """Copy the current phase's new steps into the chain's record, with the chain's turn and the phase."""
         for s in self.current.steps[self._copied:]:
             self.steps.append({**s, "i": len(self.steps), "turn": s["turn"] + self._offset, "phase": self.phase})
         self._copied = len(self.current.steps)
+        self.turn = self._offset + self.current.turn
 
     def _handoff(self) -> None:
-        """Put the task's files back and start the react phase (its initial test run included)."""
+        """Put the task's files back and begin the react phase (its initial test run included)."""
         ended, attempts = self.current.exit_reason, self.current.turn
         lost = restore_files(self.ws, self.task.files)
         self._offset, self._copied = self.turn, 0
-        self.current = Episode(self.task, self.ws, self.params, self.agent,
-                               temperature_schedule=self.temperature_schedule, sample=self.sample)
+        react = self.current = Episode(self.task, self.ws, self.params, self.agent,
+                                       temperature_schedule=self.temperature_schedule, sample=self.sample)
+        react.begin()
         note = (f"reflect ended ({ended}) after {attempts} attempt(s): the files are put back as given and the "
                 "tool agent starts.")
         self._step("handoff", note + (f" Not restored: {'; '.join(lost)}." if lost else ""), phase="react",
-                   system_prompt=self.current.system_prompt, task_message=self.current.user_prompt)
+                   system_prompt=react.system_prompt, task_message=react.user_prompt)
         self._sync()

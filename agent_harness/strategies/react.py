@@ -1,8 +1,6 @@
-"""The agent loop as a step function over one episode's state.
-
-A runner collects `episode.prompt()` from every live episode, sends them to the backend as one
-batch, and hands each completion back to `episode.advance()`. `run_episode` is the same loop for
-one episode at a time.
+"""The tool agent: `Episode.run` asks the model, parses its reply, runs the tool and shows the
+observation, until the model submits or a budget ends the episode. `run_episode` runs one episode
+on a backend outside a run (tests, scripts).
 """
 
 from __future__ import annotations
@@ -15,7 +13,7 @@ from typing import Any, Literal
 
 from .. import history
 from ..demo import demo_messages
-from ..episode import EpisodeState
+from ..episode import Ask, EpisodeState
 from ..errors import ConfigError, FormatError, LimitsExceeded, Submitted, ToolError
 from ..protocol import (
     STOP_STRINGS,
@@ -92,12 +90,27 @@ class Episode(EpisodeState):
         self.system_prompt = render_system_prompt(list(self.tools.values()), example_path=_example_file(self.task),
                                                   examples=not self.config.demo)
         self.demo = list(demo_messages(tuple(self.tools), self.config.format_reminder)) if self.config.demo else []
+        self.user_prompt = ""  # the task message, made by begin()
+        self.first_turn = 0  # index of the first reply's message
+        stops = tuple(dict.fromkeys((*self.params.stop, *STOP_STRINGS)))
+        self.params = GenParams(**{**asdict(self.params), "stop": stops})
+
+    def run(self, ask: Ask) -> None:
+        """Ask, parse, run the tool, observe; until the model submits or a budget ends the episode."""
+        self.begin()
+        while not self.done:
+            reply = ask(self.prompt(), self.gen_params(), RequestMeta(self.task, "react", self.turn))
+            self.advance(reply)
+
+    def begin(self) -> None:
+        """The conversation up to the first reply: system prompt, demo and the task message (the visible
+        tests run first when initial_tests is on). Once: a chain begins the phase before it runs."""
+        if self.messages:
+            return
         self.user_prompt = self._task_message()
         self.messages = [{"role": "system", "content": self.system_prompt}, *self.demo,
                          {"role": "user", "content": self.user_prompt}]
-        self.first_turn = len(self.messages)  # index of the first reply's message
-        stops = tuple(dict.fromkeys((*self.params.stop, *STOP_STRINGS)))
-        self.params = GenParams(**{**asdict(self.params), "stop": stops})
+        self.first_turn = len(self.messages)
 
     def _task_message(self) -> str:
         """The statement, then what the helpers add: the file to fix as it is (initial_files), where the
@@ -273,9 +286,8 @@ class Episode(EpisodeState):
 
 
 def run_episode(backend: Backend, episode: Episode) -> Episode:
-    """Drive one episode to the end, one backend call per turn."""
-    while not episode.done:
-        [completion] = backend.generate([episode.prompt()], episode.gen_params(),
-                                        meta=[RequestMeta(episode.task, "react", episode.turn)])
-        episode.advance(completion)
+    """Run one episode to the end on `backend`, outside a run (tests, scripts)."""
+    from ..backends.loop import complete_all
+
+    episode.run(lambda conversation, params, meta: complete_all(backend, [conversation], params, [meta])[0])
     return episode

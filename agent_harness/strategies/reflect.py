@@ -20,16 +20,19 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ..episode import EpisodeState
+from ..episode import Ask, EpisodeState
 from ..errors import ConfigError, ToolError
 from ..scenarios import SingleShot
 from ..scenarios.bigcode_prompt import FixPrompt
 from ..tools import ToolOptions, failure_summary, put_file, run_tool, syntax_error
-from ..types import Completion, Conversation, GenParams, Message, Task, request_seed
+from ..types import Completion, Conversation, GenParams, Message, RequestMeta, Task, request_seed
 from ..workspace import Workspace
 from .single_shot import MIN_TOKENS, Calibrated, bigcode_params, recipe_record
+
+if TYPE_CHECKING:
+    from ..trace_model import Trace
 
 ASK = "Reply with the complete fixed function in one ```python code block."
 MAX_FAILURE_CHARS = 800
@@ -165,6 +168,16 @@ class ReflectEpisode(EpisodeState):
         self._original = _norm(self.task.files.get(self.target, ""))
         self.params = GenParams(**{**asdict(self.params), "max_tokens": max(self.params.max_tokens, MIN_TOKENS),
                                    "stop": ()})
+
+    def run(self, ask: Ask) -> None:
+        """Ask for the whole fixed function, test it, feed the failure back; until it passes or the
+        attempts run out."""
+        while not self.done:
+            reply = ask(self.prompt(), self.gen_params(), RequestMeta(self.task, "reflect", self.turn))
+            self.advance(reply)
+
+    def annotate(self, trace: Trace) -> None:
+        trace.agent.reflect = self.config.record()
 
     def prompt(self) -> Conversation:
         if self.draft is not None and self.turn == 0:

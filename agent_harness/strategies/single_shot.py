@@ -18,11 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ..episode import EpisodeState
+from ..episode import Ask, EpisodeState
 from ..scenarios.bigcode_prompt import MODEL_TEMPLATE, STOP_WORDS, FixPrompt, chat_template
-from ..types import Completion, Conversation, GenParams, Task
+from ..types import Completion, Conversation, GenParams, RequestMeta, Task
 
 if TYPE_CHECKING:
+    from ..trace_model import Trace
     from ..workspace import Workspace
 
 MIN_TOKENS = 768  # room for a whole function and a few words around it
@@ -67,6 +68,13 @@ class SingleShotEpisode(EpisodeState):
     def record(self) -> dict[str, Any]:
         return recipe_record(self.recipe)
 
+    def run(self, ask: Ask) -> None:
+        """One completion of the prefilled declaration; its program goes into the workspace."""
+        self.advance(ask(self.prompt(), self.gen_params(), RequestMeta(self.task, "single_shot", 0)))
+
+    def annotate(self, trace: Trace) -> None:
+        trace.agent.single_shot, trace.prompt.prefill = self.record(), self.prefill
+
     def prompt(self) -> Conversation:
         return list(self.messages)
 
@@ -96,6 +104,10 @@ class ChatSingleShotEpisode(EpisodeState):
         self.user_prompt = self.messages[-1]["content"]
         # No stop strings: the agent protocol's would cut a plain answer.
         self.params = replace(self.params, max_tokens=max(self.params.max_tokens, MIN_TOKENS), stop=())
+
+    def run(self, ask: Ask) -> None:
+        """One chat answer; its code goes into the workspace."""
+        self.advance(ask(self.prompt(), self.gen_params(), RequestMeta(self.task, "single_shot_chat", 0)))
 
     def prompt(self) -> Conversation:
         return list(self.messages)

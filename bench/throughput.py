@@ -2,6 +2,10 @@
 """Throughput of a HumanEvalFix agent sweep: the sequential baseline against batched engines.
 
     .venv/bin/python bench/throughput.py [--n 20] [--configs sequential,batched,vllm] [--concurrency 16]
+    .venv/bin/python bench/throughput.py --old-tree /tmp/old --configs old:vllm,vllm   # a commit against HEAD
+
+A config prefixed `old:` runs from `--old-tree` (a `git worktree` of an earlier commit), so two commits
+are compared side by side in one run on one machine.
 
 Every configuration runs `run_agents.py` in its own process on the same model, tasks and greedy
 settings, with embeddings on (they are part of the harness overhead):
@@ -10,8 +14,9 @@ settings, with embeddings on (they are part of the harness overhead):
                 conversation every step (KV reuse off) — the loop most small harnesses use;
 - batched:      transformers, `--concurrency` episodes per batch, KV caches reused across steps;
 - batched-int8: the same with int8 dynamic quantization (the `-int8` registry entry);
-- vllm-ticks:   vLLM (prefix caching), one batch per tick: every episode waits for the tick's longest reply;
-- vllm:         vLLM with continuous batching: each episode's next prompt joins as soon as its tool ran;
+- vllm-ticks:   (commits before the async backends only) vLLM, one batch per tick;
+- vllm:         vLLM: each episode's next request goes out as soon as its tool ran (since the async
+                backends, the `vllm` backend is a local `vllm serve` the harness owns);
 - vllm-b128:    the same with vLLM's own CPU block size, 128 tokens (the project's CPU default is 32);
 - vllm-ngram:   the same with n-gram speculative decoding, 4 draft tokens (replies copy the file they read).
 
@@ -60,25 +65,31 @@ def _machine() -> str:
     return f"{cpu}, {len(os.sched_getaffinity(0))} cores ({isa}), {mem:.1f} GiB RAM, Python {platform.python_version()}"
 
 
-def _git() -> str:
+def _git(tree: Path = ROOT) -> str:
     try:
-        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+        return subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "?"
 
 
 def run_config(name: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    cfg = CONFIGS[name]
+    tree = ROOT
+    if name.startswith("old:"):
+        if args.old_tree is None:
+            raise SystemExit(f"[{name}] needs --old-tree")
+        tree = args.old_tree.resolve()
+    cfg = CONFIGS[name.removeprefix("old:")]
     conc = cfg["concurrency"] or args.concurrency
     model = args.model + cfg.get("model_suffix", "")
-    cmd = [sys.executable, str(ROOT / "run_agents.py"), "--models", model, "--backend", cfg["backend"],
+    agent = ["--agent", args.agent] if args.agent else []
+    cmd = [sys.executable, str(tree / "run_agents.py"), "--models", model, "--backend", cfg["backend"],
            "--concurrency", str(conc), "--max-steps", str(args.max_steps), "--out", str(out), "--no-progress",
-           *cfg.get("flags", [])]
+           *agent, *cfg.get("flags", [])]
     cmd += ["--tasks", args.tasks] if args.tasks else ["--n", str(args.n)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", **cfg["env"]}
     print(f"[{name}] {' '.join(cmd[1:])}", flush=True)
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"[{name}] failed ({proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}")
     stats = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines() if line.strip()][-1]
@@ -100,17 +111,19 @@ def main() -> int:
     ap.add_argument("--configs", default="sequential,batched,vllm-ticks,vllm", help=f"from {', '.join(CONFIGS)}")
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--max-steps", type=int, default=8)
+    ap.add_argument("--agent", default="react", help="the strategy every config runs (react, reflect-react, ...)")
+    ap.add_argument("--old-tree", type=Path, default=None, help="a worktree of an earlier commit, for `old:` configs")
     ap.add_argument("--keep", type=Path, default=None, help="keep the traces under this folder")
     ap.add_argument("--no-write", action="store_true", help="print only; do not append to RESULTS.md")
     args = ap.parse_args()
     names = [c.strip() for c in args.configs.split(",") if c.strip()]
-    unknown = [c for c in names if c not in CONFIGS]
+    unknown = [c for c in names if c.removeprefix("old:") not in CONFIGS]
     if unknown:
         raise SystemExit(f"unknown config(s) {unknown}; valid: {', '.join(CONFIGS)}")
     import importlib.util
 
     if importlib.util.find_spec("vllm") is None:
-        for name in [n for n in names if CONFIGS[n]["backend"] == "vllm"]:
+        for name in [n for n in names if CONFIGS[n.removeprefix("old:")]["backend"] == "vllm"]:
             print(f"[{name}] skipped: vllm is not installed", flush=True)
             names.remove(name)
     base = args.keep or Path(tempfile.mkdtemp(prefix="bench-throughput-"))
@@ -135,9 +148,13 @@ def main() -> int:
     tasks = args.tasks or f"first {args.n} HumanEvalFix tasks"
     section = "\n".join([
         f"## Throughput: {args.model}, {tasks} (`bench/throughput.py`, {when})", "",
-        f"Machine: {_machine()}; git {_git()}. Greedy, max {args.max_steps} steps, embeddings on. "
-        "Overhead = wall time outside `backend.generate` (parsing, tools, sandbox, scoring, traces, "
-        "embeddings). Agreement = tasks with the same pass/fail as the first row.", "",
+        f"Machine: {_machine()}; git {_git()}"
+        + (f", `old:` rows from {args.old_tree} (git {_git(args.old_tree)})" if args.old_tree else "")
+        + f". --agent {args.agent}, greedy, max {args.max_steps} steps, embeddings on. "
+        "Overhead = wall time with no request at the backend (parsing, tools, sandbox, scoring, traces, "
+        "embeddings; before the async backends: time outside `generate`). Mean batch = requests in flight "
+        "while the backend is busy (before: rows per generate call or engine step). Agreement = tasks with "
+        "the same pass/fail as the first row.", "",
         "| config | backend | concurrency | episodes | wall s | load s | episodes/h | speed-up | completion tok/s "
         "| prompt tok | computed prompt tok | completion tok | mean batch | overhead | pass@1 | mean steps "
         "| agreement |",

@@ -8,12 +8,13 @@ ARGS ?=
 setup:
 	@bash scripts/setup.sh
 
-COMPARE := $(PY) run_agents.py --models qwen2.5-coder-0.5b,qwen2.5-coder-1.5b-offline --agent reflect-react --n 20 --no-embed --out traces/compare
+COMPARE := $(PY) run_agents.py --models qwen2.5-coder-0.5b,qwen2.5-coder-1.5b-offline --n 20 --no-embed --out traces/compare
 
+# HumanEvalFix's default strategy, reflect-react (the best measured); ARGS="--agent react" runs the tool agent alone.
 run: setup
 	$(PY) run_agents.py --n 20 $(ARGS)
 	@echo ""
-	@echo "Compare the two offline models as agents (0.5B and 1.5B, same 20 tasks):"
+	@echo "Compare the two offline models as agents (0.5B and 1.5B, same 20 tasks, the same default strategy):"
 	@echo "  $(COMPARE)"
 
 test: setup

@@ -10,12 +10,15 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import stop
 from .analysis import ANALYSES
 from .errors import ConfigError, HarnessError, StopRequested
 from .text import printable, printable_stdio, terminal_stream
+
+if TYPE_CHECKING:
+    from .strategies import StrategyInfo
 
 
 class PrintableFormatter(logging.Formatter):
@@ -68,10 +71,6 @@ def add_run_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--all-scenarios", action="store_true", help="run every registered scenario")
     p.add_argument("--label", default=None,
                    help="comma-separated labels, or 'all' for every label of each scenario (default: gold)")
-    p.add_argument("--max-steps", type=int, default=12, help="model turns per episode")
-    p.add_argument("--max-total-tokens", type=int, default=60_000, help="token budget per episode (0: none)")
-    p.add_argument("--max-wall-s", type=float, default=None,
-                   help="wall-time budget per episode in seconds (default: none; it counts time spent batched)")
     p.add_argument("--samples", type=int, default=1, help="episodes per task (for pass@k)")
     p.add_argument("--out", type=Path, default=Path("traces"), help="traces folder")
     p.add_argument("--resume", action="store_true", help="skip episodes whose trace is complete")
@@ -80,18 +79,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         "--out split a run; each summary covers every trace there, the last one all of them")
     p.add_argument("--concurrency", type=int, default=16, help="episodes in flight per model")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--agent", choices=["react", "reflect", "single-shot", "single-shot-chat", "reflect-react"],
-                   default=None,
-                   help="strategy: react (tools, the default), reflect (whole function, visible tests, "
-                        "reflect on the failing check, --iters times), single-shot (one completion, no tools, "
-                        "asked and post-processed as bigcode-evaluation-harness does: the baseline), "
-                        "single-shot-chat (the earlier chat-style single-shot: a code block asked for), "
-                        "reflect-react (reflect; when it fails, the files put back and react)")
-    p.add_argument("--iters", type=int, default=None,
-                   help="reflect, reflect-react: reflect's model turns per episode (default 4)")
-    p.add_argument("--reflect-draft", choices=["chat", "bigcode"], default=None,
-                   help="reflect, reflect-react: how the first turn asks: chat (the default: the task, a code "
-                        "block asked for) or bigcode (as single-shot asks: the declaration prefilled)")
+    _add_strategy(p)
     p.add_argument("--mode", choices=["agent", "single-shot"], default=None,
                    help="older spelling: --mode agent = --agent react, --mode single-shot = --agent single-shot")
     p.add_argument("--dataset-path", type=Path, default=None,
@@ -99,31 +87,6 @@ def add_run_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--dataset-hub", action="store_true",
                    help="HumanEvalFix from the Hub: datasets.load_dataset('bigcode/humanevalpack', 'python')")
     p.add_argument("--no-embed", action="store_true", help="skip step embeddings")
-    p.add_argument("--no-syntax-check", action="store_true", help="helper off: syntax check of written .py")
-    p.add_argument("--no-failure-extract", action="store_true", help="helper off: failing line from test output")
-    p.add_argument("--no-repeat-detection", action="store_true", help="helper off: repeated-call notice")
-    p.add_argument("--no-format-reminder", action="store_true", help="helper off: reply format after observations")
-    p.add_argument("--no-demo", action="store_true",
-                   help="helper off: the worked example episode before the task (prompt examples instead)")
-    p.add_argument("--no-loop-break", action="store_true",
-                   help="helper off: sample (temperature 0.7) after a reply identical to the previous one")
-    p.add_argument("--no-submit-check", action="store_true",
-                   help="helper off: refuse the first FINAL while the visible tests fail, showing their output")
-    p.add_argument("--history", choices=["full", "condensed"], default="full",
-                   help="condensed: reads of files since rewritten, rewritten attempts and their test runs shown "
-                        "as one line each (the trace keeps them whole)")
-    p.add_argument("--no-stale-notes", action="store_true",
-                   help="helper off: tell a write that changes nothing, or repeats a version that failed, so")
-    p.add_argument("--no-initial-tests", action="store_true",
-                   help="helper off: run the visible tests before the first turn, name the failing check in the task")
-    p.add_argument("--initial-files", action="store_true",
-                   help="helper on: show the file to fix (HumanEvalFix: the function's module) in the task message "
-                        "(off by default: the 0.5B copies it back unchanged)")
-    p.add_argument("--restart-after", type=int, default=None, metavar="N",
-                   help="helper on: after N stale writes in a row, begin the conversation again from the task "
-                        "with the files as given (sampling stays warm)")
-    p.add_argument("--no-stale-temperature", action="store_true",
-                   help="helper off: sample warmer (0.3, +0.2 per repeat) while the last write was stale")
     p.add_argument("--backend", choices=["transformers", "vllm", "openai", "scripted"], default=None,
                    help="force this backend for every model (default: each model's own, with fallback)")
     p.add_argument("--no-streaming", action="store_true", help=argparse.SUPPRESS)  # no effect: one loop since 0.2
@@ -133,7 +96,48 @@ def add_run_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--list-scenarios", action="store_true", help="print the scenarios and exit")
     p.add_argument("-v", "--verbose", action="count", default=0,
                    help="more log lines; -v also shows the vLLM engine's output (else in <out>/engine.log)")
+    from .strategies.config import AgentConfig, ReflectConfig
+
+    _add_settings(p.add_argument_group("reflect (--agent reflect, reflect-react)"), ReflectConfig)
+    _add_settings(p.add_argument_group("the react agent's budgets and helpers (react, reflect-react)"), AgentConfig)
     return p
+
+
+def _add_strategy(p: argparse.ArgumentParser) -> None:
+    """--agent: its choices and help from the strategy registry."""
+    from .strategies import DEFAULT_ORDER, STRATEGIES
+
+    order = " where it can run, else ".join(STRATEGIES[n].flag for n in DEFAULT_ORDER)
+    p.add_argument("--agent", choices=[s.flag for s in STRATEGIES.values()], default=None,
+                   help=f"strategy for every scenario (default: each scenario its best measured one: {order}): "
+                        + "; ".join(f"{s.flag} ({s.help})" for s in STRATEGIES.values()))
+
+
+def _add_settings(p: argparse._ArgumentGroup, config: type) -> None:
+    """One flag per setting of `config`, its help and default from the setting's one definition."""
+    from .strategies.config import settings
+
+    for s in settings(config):
+        text = s.help.replace("%", "%%")
+        if s.setting.switch:
+            p.add_argument(s.flag, action="store_true", help=text)
+        else:
+            p.add_argument(s.flag, type=s.setting.type, choices=s.setting.choices or None, default=None,
+                           metavar=s.setting.metavar, help=text)
+
+
+def given_settings(args: argparse.Namespace, config: type) -> dict[tuple[str, ...], Any]:
+    """The settings of `config` given on the command line (by `settings` path), each with the value it takes."""
+    from .strategies.config import settings
+
+    given: dict[tuple[str, ...], Any] = {}
+    for s in settings(config):
+        value = getattr(args, s.flag.removeprefix("--").replace("-", "_"))
+        if s.setting.switch and value:
+            given[s.path] = s.setting.sets
+        elif not s.setting.switch and value is not None:
+            given[s.path] = None if s.setting.zero_is_none and value == 0 else value
+    return given
 
 
 def _positive(name: str, value: int | None, allow_zero: bool = False) -> None:
@@ -141,19 +145,27 @@ def _positive(name: str, value: int | None, allow_zero: bool = False) -> None:
         raise ConfigError(f"--{name} must be {'>= 0' if allow_zero else '> 0'}, got {value}")
 
 
-def _strategy(args: argparse.Namespace) -> str:
-    """react | reflect | single_shot | single_shot_chat | reflect_react from --agent, or from its older
-    spelling --mode."""
+def _strategy(args: argparse.Namespace) -> str | None:
+    """The strategy named by --agent, or by its older spelling --mode; None: each scenario's default."""
+    from .strategies import STRATEGIES
+
     old = {"agent": "react", "single-shot": "single-shot"}.get(args.mode) if args.mode else None
     if args.agent and old and args.agent != old:
         raise ConfigError(f"--agent {args.agent} and --mode {args.mode} disagree; use --agent alone")
-    strategy = (args.agent or old or "react").replace("-", "_")
-    if args.iters is not None and strategy not in ("reflect", "reflect_react"):
-        raise ConfigError("--iters applies to --agent reflect and reflect-react only")
-    if args.reflect_draft is not None and strategy not in ("reflect", "reflect_react"):
-        raise ConfigError("--reflect-draft applies to --agent reflect and reflect-react only")
-    _positive("iters", args.iters)
-    return strategy
+    flag = args.agent or old
+    return next(s.name for s in STRATEGIES.values() if s.flag == flag) if flag else None
+
+
+def _check_reflect_flags(args: argparse.Namespace, strategies: dict[str, StrategyInfo]) -> None:
+    """--iters and --reflect-draft apply to the strategies that reflect: refused when no scenario runs one."""
+    from .strategies import STRATEGIES
+    from .strategies.config import ReflectConfig, settings
+
+    given = given_settings(args, ReflectConfig)
+    if given and not any(s.reflects for s in strategies.values()):
+        flag = next(s.flag for s in settings(ReflectConfig) if s.path in given)
+        names = " and ".join(s.flag for s in STRATEGIES.values() if s.reflects)
+        raise ConfigError(f"{flag} applies to --agent {names} only")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -165,12 +177,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     registry = load_registry(args.registry)
     specs = registry.resolve(args.models)
+    from .planning import scenario_strategies
     from .runner import RunConfig, run
     from .scenarios import get_scenario, scenario_names
-    from .strategies.react import AgentConfig
-    from .strategies.reflect import ReflectConfig
+    from .strategies.config import AgentConfig, ReflectConfig, build
     from .summary import print_table
-    from .tools import ToolOptions
 
     for name in ("n", "samples", "concurrency", "max_steps", "workers"):
         _positive(name.replace("_", "-"), getattr(args, name))
@@ -191,26 +202,22 @@ def cmd_run(args: argparse.Namespace) -> int:
         out=args.out, resume=args.resume, shard=args.shard, concurrency=args.concurrency, seed=args.seed,
         embed=not args.no_embed,
         strategy=strategy, dataset_path=args.dataset_path, dataset_hub=args.dataset_hub,
-        reflect=ReflectConfig(**({"iters": args.iters} if args.iters is not None else {}),
-                              draft=args.reflect_draft or "chat"),
+        reflect=build(ReflectConfig, given_settings(args, ReflectConfig)),
         workers=args.workers,
         backend=args.backend,
         progress=not args.no_progress and sys.stderr.isatty(),
-        agent=AgentConfig(
-            max_steps=args.max_steps, max_total_tokens=args.max_total_tokens or None, max_wall_s=args.max_wall_s,
-            repeat_detection=not args.no_repeat_detection, format_reminder=not args.no_format_reminder,
-            loop_temperature=None if args.no_loop_break else 0.7, demo=not args.no_demo,
-            submit_checks=0 if args.no_submit_check else 1,
-            history=args.history, stale_notes=not args.no_stale_notes,
-            stale_temperature=None if args.no_stale_temperature else 0.3, initial_tests=not args.no_initial_tests,
-            initial_files=args.initial_files, restart_after=args.restart_after,
-            tool_options=ToolOptions(syntax_check=not args.no_syntax_check,
-                                     extract_failure=not args.no_failure_extract),
-        ),
+        agent=build(AgentConfig, given_settings(args, AgentConfig)),
     )
+    strategies = scenario_strategies(cfg)
+    _check_reflect_flags(args, strategies)
     summary = run(cfg)
-    print_table(table_names({m: {s: e for s, e in sc.items() if s.removesuffix(f"-{strategy}") in scenarios}
+    folders = {st.dirname(name) for name, st in strategies.items()}
+    print_table(table_names({m: {s: e for s, e in sc.items() if s in folders}
                              for m, sc in summary.items() if m in {spec.name for spec in specs}}), rich_console())
+    if strategy is None:
+        ran = {st.flag: [n for n, other in strategies.items() if other is st] for st in strategies.values()}
+        print(printable("strategy: " + "; ".join(f"{flag} on {', '.join(names)}" for flag, names in ran.items())
+                        + " (each scenario's default; --agent picks one for all)"))
     print(f"traces: {printable(str(args.out))}/  summary: {printable(str(args.out / 'summary.json'))}")
     return 0
 

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from .trace import harness_version
 
 if TYPE_CHECKING:
     from .registry import ModelSpec
-    from .strategies.react import AgentConfig
+    from .strategies.config import AgentConfig
     from .types import Task
 
 EPISODE_KEYS = ("scenario", "label", "task", "sample")  # left out of `run_hash`
@@ -41,23 +40,20 @@ def task_digest(task: Task) -> str:
                     "files": task.files, "test_cmd": task.test_cmd, "oracle": task.oracle, "metadata": metadata})
 
 
-# Agent switches added after schema 1.3, left out of the fingerprint while at their default, so
-# that traces written before the switch existed still match (--resume) when it is off.
-NEW_SWITCHES: dict[str, Any] = {"initial_tests": False, "initial_files": False, "restart_after": None}
-
-
 def run_config(spec: ModelSpec, backend: str | None, mode: str, agent: AgentConfig, seed: int,
                strategy: dict[str, Any] | None = None) -> dict[str, Any]:
     """The part of the configuration shared by every episode of a run (one model).
 
-    `strategy`: the options of a strategy that has its own (reflect's iters and temperatures).
+    `strategy`: the options of a strategy that has its own (reflect's iters and temperatures). The agent's
+    settings are `AgentConfig.dump()`: those added after schema 1.3 are left out while they behave as before
+    they existed, so older traces still match (--resume).
     """
     return {
         "harness_version": harness_version(),
         "model": spec.model_dump(mode="json", exclude={"aliases", "description"}),
         "backend": backend or spec.backend,
         "mode": mode,
-        "agent": {k: v for k, v in asdict(agent).items() if NEW_SWITCHES.get(k, ...) != v},
+        "agent": agent.dump(),
         "seed": seed,
         **({"strategy": strategy} if strategy else {}),
     }

@@ -13,16 +13,13 @@ from typing import Any
 from .errors import ConfigError
 from .fingerprint import episode_fingerprint, run_config
 from .registry import ModelSpec
-from .scenarios import SingleShot, TaskQuery, get_scenario
-from .strategies.react import AgentConfig
-from .strategies.reflect import ReflectConfig, require_reflectable
-from .strategies.single_shot import Calibrated, recipe_record
+from .scenarios import Scenario, TaskQuery, get_scenario
+from .strategies import STRATEGIES, StrategyInfo, default_strategy
+from .strategies.config import AgentConfig, ReflectConfig
+from .strategies.single_shot import recipe_record
 from .trace import resume_status, set_aside, task_slugs, trace_path
 from .trace_io import trace_paths
 from .types import Task
-
-STRATEGIES = ("react", "reflect", "single_shot", "single_shot_chat", "reflect_react")
-REFLECTING = ("reflect", "reflect_react")  # the strategies that run the reflect loop (its config, its scenarios)
 
 
 @dataclass
@@ -41,7 +38,7 @@ class RunConfig:
     concurrency: int = 16
     seed: int = 0
     embed: bool = True
-    strategy: str = "react"  # react (the tool agent) | reflect | single_shot | single_shot_chat | reflect_react
+    strategy: str | None = None  # a name in strategies.STRATEGIES for every scenario; None: each scenario's default
     dataset_path: Path | None = None
     dataset_hub: bool = False  # HumanEvalFix from the Hugging Face Hub instead of the vendored copy
     agent: AgentConfig = field(default_factory=AgentConfig)
@@ -51,13 +48,23 @@ class RunConfig:
     reflect: ReflectConfig = field(default_factory=ReflectConfig)
 
     def __post_init__(self) -> None:
-        if self.strategy not in STRATEGIES:
+        if self.strategy is not None and self.strategy not in STRATEGIES:
             raise ConfigError(f"unknown strategy '{self.strategy}'; valid: {', '.join(STRATEGIES)}")
 
     @property
     def mode(self) -> str:
-        """The trace's older name for the strategy: 'agent' for react (readers of schema 1.x use it)."""
-        return "agent" if self.strategy == "react" else self.strategy
+        """The trace's older name for the strategy ('agent' for react; `<out>/runs.jsonl`), 'default' when each
+        scenario runs its own default."""
+        return STRATEGIES[self.strategy].mode if self.strategy else "default"
+
+    def strategy_for(self, scenario: Scenario) -> StrategyInfo:
+        """The strategy `scenario` runs: --agent's for every scenario, else the scenario's default."""
+        return STRATEGIES[self.strategy] if self.strategy else default_strategy(scenario, self.reflect)
+
+
+def scenario_strategies(cfg: RunConfig) -> dict[str, StrategyInfo]:
+    """Each scenario of the run and the strategy it runs (not yet checked against the scenario)."""
+    return {name: cfg.strategy_for(get_scenario(name)) for name in cfg.scenarios}
 
 
 @dataclass
@@ -65,10 +72,11 @@ class Job:
     task: Task
     index: int
     sample: int
-    scenario: str  # directory name: scenario, or "<scenario>-<strategy>" (single_shot, reflect)
+    scenario: str  # directory name: the scenario and its strategy's suffix (StrategyInfo.dirname)
     path: Path
     scenario_name: str = ""  # the registry name (scoring)
     fingerprint: dict[str, Any] = field(default_factory=dict)  # the header's block (fingerprint.py)
+    strategy: str = "react"  # the name in strategies.STRATEGIES
 
 
 def in_shard(cfg: RunConfig, job: Job) -> bool:
@@ -93,38 +101,32 @@ def plan_jobs(cfg: RunConfig) -> Iterator[tuple[str, str, list[Job]]]:
         for label in wanted:
             if label not in scenario.labels:
                 continue
-            if cfg.strategy == "single_shot_chat" and not isinstance(scenario, SingleShot):
-                raise ConfigError(f"scenario '{name}' has no single-shot baseline")
-            if (cfg.strategy == "single_shot" or (cfg.strategy in REFLECTING and cfg.reflect.draft == "bigcode")) \
-                    and not isinstance(scenario, Calibrated):
-                raise ConfigError(f"scenario '{name}' has no bigcode-style prompt (single-shot, --reflect-draft "
-                                  "bigcode); --agent single-shot-chat asks it in chat form")
-            if cfg.strategy in REFLECTING:
-                require_reflectable(name, scenario, cfg.strategy.replace("_", "-"))
+            strategy = cfg.strategy_for(scenario)
+            strategy.check(name, scenario, cfg.reflect)
             query = TaskQuery(label=label, n=cfg.n, task_ids=cfg.task_ids, dataset_path=cfg.dataset_path,
                               options={"hub": True} if cfg.dataset_hub else {})
             tasks = scenario.load_tasks(query)
-            dirname = name if cfg.strategy == "react" else f"{name}-{cfg.strategy}"
             yield name, label, [
-                Job(t, _task_index(t, i), s, dirname, Path(), name)
+                Job(t, _task_index(t, i), s, strategy.dirname(name), Path(), name, strategy=strategy.name)
                 for i, t in enumerate(tasks)
                 for s in range(cfg.samples)
             ]
 
 
-def strategy_options(cfg: RunConfig, spec: ModelSpec) -> dict[str, Any] | None:
+def strategy_options(cfg: RunConfig, spec: ModelSpec, strategy: str) -> dict[str, Any] | None:
     """The fingerprint's block of the strategy's own options: reflect's (its draft only when it is not the
     default chat draft, so earlier reflect traces still match), the calibrated single-shot's prompt recipe."""
-    if cfg.strategy in REFLECTING:
+    if STRATEGIES[strategy].reflects:
         return cfg.reflect.for_model(spec.bigcode_prompt).fingerprint()
-    if cfg.strategy == "single_shot":
+    if strategy == "single_shot":
         return recipe_record(spec.bigcode_prompt)
     return None
 
 
 def model_jobs(cfg: RunConfig, spec: ModelSpec, planned: list[Job]) -> list[Job]:
     """`planned` for one model: each job with its trace path and fingerprint; stale temp files removed."""
-    run_cfg = run_config(spec, cfg.backend, cfg.mode, cfg.agent, cfg.seed, strategy_options(cfg, spec))
+    run_cfg = {name: run_config(spec, cfg.backend, STRATEGIES[name].mode, cfg.agent, cfg.seed,
+                                strategy_options(cfg, spec, name)) for name in {j.strategy for j in planned}}
     slugs: dict[tuple[str, str], dict[str, str]] = {}
     for j in planned:
         slugs.setdefault((j.scenario, j.task.label), {})[j.task.id] = ""
@@ -132,7 +134,7 @@ def model_jobs(cfg: RunConfig, spec: ModelSpec, planned: list[Job]) -> list[Job]
         slugs[key] = task_slugs(ids)
     jobs = [replace(j, path=trace_path(cfg.out, spec.name, j.scenario, j.task.label,
                                        slugs[(j.scenario, j.task.label)][j.task.id], j.sample),
-                    fingerprint=episode_fingerprint(run_cfg, j.scenario_name, j.task, j.sample))
+                    fingerprint=episode_fingerprint(run_cfg[j.strategy], j.scenario_name, j.task, j.sample))
             for j in planned]
     for d in {j.path.parent for j in jobs}:  # temp files of a killed run's last write
         for stale in d.glob(".run_*.tmp") if d.is_dir() else ():

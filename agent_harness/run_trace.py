@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -13,7 +13,7 @@ from .episode import EpisodeState
 from .planning import Job, RunConfig
 from .registry import ModelSpec
 from .sandbox import describe_bounds
-from .strategies import AnyEpisode
+from .strategies import STRATEGIES, AnyEpisode
 from .trace import SCHEMA_VERSION, harness_version
 from .trace_model import AgentInfo, Fingerprint, Generation, Mode, ModelInfo, Outcome, Prompt, Sandbox, Strategy, Trace
 from .types import BackendInfo, GenParams, Task
@@ -59,9 +59,9 @@ class Live:
 def new_trace(cfg: RunConfig, spec: ModelSpec, info: BackendInfo, job: Job, ep_params: GenParams,
               system: str, sandbox: str, demo: list[Any] | None = None) -> Trace:
     """The trace an episode starts with: the header, no steps, an empty outcome (validated here: the casts)."""
-    agent = cfg.agent
+    strategy = STRATEGIES[job.strategy]
     fingerprint = {"fingerprint": Fingerprint(**job.fingerprint)} if job.fingerprint else {}
-    trace = Trace(
+    return Trace(
         schema_version=SCHEMA_VERSION,
         run_id=uuid.uuid4().hex,
         scenario=job.scenario,
@@ -79,22 +79,10 @@ def new_trace(cfg: RunConfig, spec: ModelSpec, info: BackendInfo, job: Job, ep_p
         sandbox_bounds=describe_bounds(sandbox=sandbox),
         harness_version=harness_version(),
         **fingerprint,
-        agent=AgentInfo(mode=cast(Mode, cfg.mode), strategy=cast(Strategy, cfg.strategy), max_steps=agent.max_steps,
-                        max_total_tokens=agent.max_total_tokens, max_wall_s=agent.max_wall_s,
-                        tool_options=asdict(agent.tool_options), repeat_detection=agent.repeat_detection,
-                        format_reminder=agent.format_reminder, loop_temperature=agent.loop_temperature,
-                        demo=agent.demo, submit_checks=agent.submit_checks, concurrency=cfg.concurrency,
-                        history=agent.history, stale_notes=agent.stale_notes,
-                        stale_temperature=agent.stale_temperature),
+        agent=AgentInfo(mode=cast(Mode, strategy.mode), strategy=cast(Strategy, strategy.name),
+                        concurrency=cfg.concurrency, **cfg.agent.dump()),
         prompt=Prompt(system=system, task=job.task.statement, demo=demo or []),
         steps=[],
         embeddings=None,
         outcome=Outcome.start(),
     )
-    if agent.initial_tests:  # switches added after 1.3: written only when on
-        trace.agent.initial_tests = True
-    if agent.initial_files:
-        trace.agent.initial_files = True
-    if agent.restart_after:
-        trace.agent.restart_after = agent.restart_after
-    return trace

@@ -318,9 +318,10 @@ def test_initial_tests_name_the_failing_check_in_the_task(tmp_path: Path) -> Non
     root = Path(__file__).resolve().parent.parent
     for flag in ((), ("--no-initial-tests",)):
         out = tmp_path / ("off" if flag else "on")
-        r = subprocess.run([sys.executable, str(root / "run_agents.py"), "--models", "oracle,null", "--n", "2",
-                            "--no-embed", "--no-progress", "--out", str(out), *flag], capture_output=True, text=True,
-                           cwd=root, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        r = subprocess.run([sys.executable, str(root / "run_agents.py"), "--models", "oracle,null", "--agent", "react",
+                            "--n", "2", "--no-embed", "--no-progress", "--out", str(out), *flag],
+                           capture_output=True, text=True, cwd=root, timeout=300,
+                           env={**os.environ, "HF_HUB_OFFLINE": "1"})
         assert r.returncode == 0, r.stderr
         summary = json.loads((out / "summary.json").read_text())
         assert summary["oracle"]["humanevalfix"]["pass@1"] == 1.0 and summary["null"]["humanevalfix"]["pass@1"] == 0.0

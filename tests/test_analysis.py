@@ -217,7 +217,8 @@ def test_write_behaviour_shows_a_copy_loop_and_restarts(tmp_path: Path) -> None:
     for extra in ([], ["--restart-after", "2"]):
         out = tmp_path / f"t{len(tables)}"
         r = subprocess.run([sys.executable, "run_agents.py", "--registry", str(registry), "--models", "loop",
-                            "--n", "1", "--out", str(out), "--no-embed", "--no-submit-check", *extra],
+                            "--agent", "react", "--n", "1", "--out", str(out), "--no-embed", "--no-submit-check",
+                            *extra],
                            capture_output=True, text=True, cwd=ROOT, timeout=300, env={**ENV, "HF_HUB_OFFLINE": "1"})
         assert r.returncode == 0, r.stderr
         frames = _load(out)

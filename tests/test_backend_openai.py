@@ -137,7 +137,8 @@ def test_key(tiny_backoff: None, monkeypatch: pytest.MonkeyPatch) -> None:
 def run_remote(tmp_path: Path, out: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """run_agents.py on the model 'remote' of the registry `registry_spec` wrote in `tmp_path`."""
     return subprocess.run([sys.executable, str(ROOT / "run_agents.py"), "--registry", str(tmp_path / "models.yaml"),
-                           "--models", "remote", "--max-steps", "2", "--no-embed", "--no-progress", "--out", str(out),
+                           "--models", "remote", "--agent", "react", "--max-steps", "2", "--no-embed", "--no-progress",
+                           "--out", str(out),
                            *args], capture_output=True, text=True, cwd=ROOT, timeout=600,
                           env={**os.environ, "HF_HUB_OFFLINE": "1", "TEST_OPENAI_KEY": "k",
                                "AGENT_HARNESS_OPENAI_BACKOFF_S": "0.01"})

@@ -251,8 +251,8 @@ def test_run_survives_a_node_dying(tmp_path: Path, servers: list[Server]) -> Non
     out = tmp_path / "traces"
     env = {**os.environ, "AGENT_HARNESS_OPENAI_BACKOFF_S": "0.01", "HF_HUB_OFFLINE": "1"}
     r = subprocess.run([sys.executable, str(ROOT / "run_agents.py"), "--registry",
-                        str(registry_file(tmp_path, [a.base_url, b.base_url])), "--models", "remote", "--n", "4",
-                        "--no-embed", "--no-progress", "--out", str(out)],
+                        str(registry_file(tmp_path, [a.base_url, b.base_url])), "--models", "remote",
+                        "--agent", "react", "--n", "4", "--no-embed", "--no-progress", "--out", str(out)],
                        capture_output=True, text=True, cwd=ROOT, timeout=600, env=env)
     assert r.returncode == 0, r.stderr
     assert a.dead and len(a.bodies) >= 3  # requests in flight beside the fatal one were still answered

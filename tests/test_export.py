@@ -36,7 +36,8 @@ def traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from agent_harness.analysis import _synthetic
 
     out = tmp_path_factory.mktemp("export") / "traces"
-    r = cli("run", "--models", "oracle,null", "--n", "3", "--out", str(out), "--no-embed", "--no-progress")
+    r = cli("run", "--models", "oracle,null", "--agent", "react", "--n", "3", "--out", str(out), "--no-embed",
+            "--no-progress")
     assert r.returncode == 0, r.stderr
     rng = np.random.default_rng(0)
     for i, ok in enumerate((True, False)):
@@ -146,8 +147,8 @@ def test_dataset_path_accepts_a_dataset_folder(layout: str, tmp_path: Path) -> N
         ds.select([0, 1]).to_parquet(str(folder / "data" / "test-00000-of-00002.parquet"))
         ds.select([2]).to_parquet(str(folder / "data" / "test-00001-of-00002.parquet"))
     out = tmp_path / "traces"
-    r = cli("run", "--models", "oracle", "--dataset-path", str(folder), "--out", str(out), "--no-embed",
-            "--no-progress")
+    r = cli("run", "--models", "oracle", "--agent", "react", "--dataset-path", str(folder), "--out", str(out),
+            "--no-embed", "--no-progress")
     assert r.returncode == 0, r.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["oracle"]["humanevalfix"]["n_tasks"] == 3

@@ -83,7 +83,7 @@ def ws_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 def test_episode_faults_end_only_their_episode(tmp_path: Path, ws_dir: Path) -> None:
     out = tmp_path / "traces"
     spec = ModelSpec(name="faulty", backend="scripted", script="oracle")
-    cfg = RunConfig(models=[spec], out=out, n=5, concurrency=3, embed=False)
+    cfg = RunConfig(models=[spec], out=out, n=5, concurrency=3, embed=False, strategy="react")
     jobs = _jobs(cfg, spec)
     jobs[0].task = dataclasses.replace(jobs[0].task, files={"../outside.py": ""})  # cannot be placed
     faults = {jobs[1].task.id: "advance", jobs[2].task.id: "trace", jobs[3].task.id: "submit"}

@@ -356,7 +356,7 @@ def test_cli_condensed_trace_rebuilds_the_prompts(tmp_path: Path, episode: Calla
     registry.write_text(f"models:\n  - {{name: replay, backend: scripted, script: {json.dumps(str(script))}}}\n")
     out = tmp_path / "t"
     r = subprocess.run([sys.executable, str(ROOT / "run_agents.py"), "--registry", str(registry), "--models", "replay",
-                        "--n", "1", "--out", str(out), "--no-embed", "--history", "condensed"],
+                        "--agent", "react", "--n", "1", "--out", str(out), "--no-embed", "--history", "condensed"],
                        capture_output=True, text=True, cwd=ROOT, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert r.returncode == 0, r.stderr
     [trace_file] = out.rglob("run_*.json")
@@ -413,7 +413,7 @@ def test_cli_restart_after(tmp_path: Path) -> None:
     registry = tmp_path / "models.yaml"
     registry.write_text(f"models:\n  - {{name: replay, backend: scripted, script: {json.dumps(str(script))}}}\n")
     base = [sys.executable, str(ROOT / "run_agents.py"), "--registry", str(registry), "--models", "replay",
-            "--n", "1", "--no-embed"]
+            "--agent", "react", "--n", "1", "--no-embed"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     bad = subprocess.run([*base, "--out", str(tmp_path / "bad"), "--restart-after", "0"],
                          capture_output=True, text=True, cwd=ROOT, timeout=600, env=env)

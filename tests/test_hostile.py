@@ -34,7 +34,7 @@ def run_replies(tmp_path: Path, scenario: str, task: str, replies: list[str]) ->
     reg = tmp_path / "models.yaml"
     reg.write_text(f"models:\n  - {{name: hostile, backend: scripted, script: {json.dumps(str(script))}}}\n")
     out = tmp_path / "out"
-    r = cli("--registry", str(reg), "--models", "hostile", "--scenario", scenario, "--tasks", task,
+    r = cli("--registry", str(reg), "--models", "hostile", "--agent", "react", "--scenario", scenario, "--tasks", task,
             "--out", str(out), "--no-embed")
     assert r.returncode == 0, r.stderr[-3000:]
     assert (out / "summary.json").is_file(), r.stderr[-3000:]

@@ -497,7 +497,8 @@ def test_run_goes_on_past_every_hostile_server_and_writes_its_summary(tmp_path: 
                for name, (act, _) in hostile.items()}
     out = tmp_path / "out"
     r = cli("--registry", str(registry(tmp_path, servers, deadline_s=3, timeout_s=5)), "--models", ",".join(servers),
-            "--n", "2", "--max-steps", "2", "--no-embed", "--no-progress", "--out", str(out), *flags)
+            "--agent", "react", "--n", "2", "--max-steps", "2", "--no-embed", "--no-progress", "--out", str(out),
+            *flags)
     assert r.returncode == 0, r.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text(), parse_constant=lambda c: pytest.fail(c))
     assert set(summary) == set(hostile)
@@ -527,7 +528,8 @@ def test_run_goes_on_past_every_hostile_server_and_writes_its_summary(tmp_path: 
         assert bad["passed"] is None and bad["score_error"]["type"] == "BackendError", (name, bad)
         assert summary[name]["humanevalfix"]["unscored"] == 1 and plain["passed"] is False
     r = cli("--registry", str(registry(tmp_path, servers, deadline_s=3, timeout_s=5)), "--models", ",".join(servers),
-            "--n", "2", "--max-steps", "2", "--no-embed", "--no-progress", "--out", str(out), "--resume", *flags)
+            "--agent", "react", "--n", "2", "--max-steps", "2", "--no-embed", "--no-progress", "--out", str(out),
+            "--resume", *flags)
     assert r.returncode == 0, r.stderr[-3000:]
     redone = sum(name != "usage" for name in hostile)
     assert f"reused {2 * len(hostile) - redone}, redid {redone}" in r.stderr, r.stderr[-3000:]

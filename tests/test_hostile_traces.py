@@ -39,7 +39,8 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def run(out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    return cli("run", "--models", "oracle,null", "--n", "2", "--out", str(out), "--no-embed", "--no-progress", *extra)
+    return cli("run", "--models", "oracle,null", "--agent", "react", "--n", "2", "--out", str(out), "--no-embed",
+               "--no-progress", *extra)
 
 
 @pytest.fixture(scope="module")

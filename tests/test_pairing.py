@@ -43,7 +43,7 @@ sys.exit(run_agents_main(sys.argv[2:]))
 
 
 def _run(how: str, out: Path) -> subprocess.CompletedProcess[str]:
-    args = ["--models", "oracle", "--n", "3", "--out", str(out), "--no-embed", "--concurrency", "3"]
+    args = ["--models", "oracle", "--agent", "react", "--n", "3", "--out", str(out), "--no-embed", "--concurrency", "3"]
     return subprocess.run([sys.executable, "-c", BROKEN, how, *args], cwd=PROJECT_ROOT, capture_output=True,
                           text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
 

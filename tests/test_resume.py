@@ -16,8 +16,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(ROOT / "run_agents.py"), "--no-embed", *args], capture_output=True,
-                          text=True, cwd=ROOT, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
+    return subprocess.run([sys.executable, str(ROOT / "run_agents.py"), "--no-embed", "--agent", "react", *args],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
 
 
 def resume_line(r: subprocess.CompletedProcess[str]) -> str:
@@ -171,8 +172,8 @@ def test_task_slugs_are_safe_stable_and_distinct() -> None:
 def test_shards_split_a_run_and_the_last_summary_covers_all(tmp_path: Path) -> None:
     """Two processes with --shard 0/2 and 1/2 and one --out: disjoint tasks, one summary of all, same traces."""
     out = tmp_path / "t"
-    base = [sys.executable, str(ROOT / "run_agents.py"), "--no-embed", "--models", "oracle,null", "--n", "5",
-            "--samples", "2", "--out", str(out)]
+    base = [sys.executable, str(ROOT / "run_agents.py"), "--no-embed", "--agent", "react", "--models", "oracle,null",
+            "--n", "5", "--samples", "2", "--out", str(out)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     procs = [subprocess.Popen([*base, "--shard", f"{i}/2"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for i in (0, 1)]

@@ -39,7 +39,7 @@ def traces(out: Path) -> dict[str, dict[str, Any]]:
 
 def test_oracle_and_null_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "traces"
-    r = cli("--models", "oracle,null", "--n", "6", "--out", str(out), "--no-embed")
+    r = cli("--models", "oracle,null", "--agent", "react", "--n", "6", "--out", str(out), "--no-embed")
     assert r.returncode == 0, r.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["oracle"]["humanevalfix"]["pass@1"] == 1.0
@@ -65,7 +65,7 @@ def test_oracle_and_null_end_to_end(tmp_path: Path) -> None:
 
 def test_bogus_scenario_scores_zero_for_oracle(tmp_path: Path) -> None:
     out = tmp_path / "t"
-    r = cli("--models", "oracle", "--scenario", "bogus", "--out", str(out), "--no-embed")
+    r = cli("--models", "oracle", "--agent", "react", "--scenario", "bogus", "--out", str(out), "--no-embed")
     assert r.returncode == 0, r.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["oracle"]["bogus"]["pass@1"] == 0.0
@@ -99,8 +99,8 @@ def test_malformed_replies_become_observations(tmp_path: Path) -> None:
     script = tmp_path / "s.jsonl"
     _write_script(script)
     out = tmp_path / "t"
-    r = cli("--registry", str(_registry(tmp_path, script)), "--models", "replay", "--n", "1", "--out", str(out),
-            "--no-embed")
+    r = cli("--registry", str(_registry(tmp_path, script)), "--models", "replay", "--agent", "react", "--n", "1",
+            "--out", str(out), "--no-embed")
     assert r.returncode == 0, r.stderr
     [data] = traces(out).values()
     steps = [s for s in data["steps"] if s["type"] != "initial_tests"]
@@ -120,8 +120,8 @@ def test_batched_equals_sequential(tmp_path: Path) -> None:
     outs = {}
     for conc in ("1", "7"):
         out = tmp_path / f"c{conc}"
-        r = cli("--registry", str(reg), "--models", "replay,oracle", "--n", "7", "--concurrency", conc,
-                "--out", str(out), "--no-embed")
+        r = cli("--registry", str(reg), "--models", "replay,oracle", "--agent", "react", "--n", "7",
+                "--concurrency", conc, "--out", str(out), "--no-embed")
         assert r.returncode == 0, r.stderr
         outs[conc] = {k: strip(v) for k, v in traces(out).items()}
     assert len(outs["1"]) == 14
@@ -134,7 +134,7 @@ def test_concurrent_episodes_share_batches(tmp_path: Path) -> None:
     script = tmp_path / "s.jsonl"
     _write_script(script)
     out = tmp_path / "t"
-    r = cli("--registry", str(_registry(tmp_path, script)), "--models", "replay,oracle", "--n", "6",
+    r = cli("--registry", str(_registry(tmp_path, script)), "--models", "replay,oracle", "--agent", "react", "--n", "6",
             "--concurrency", "6", "--out", str(out), "--no-embed")
     assert r.returncode == 0, r.stderr
     stats = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines()]
@@ -150,8 +150,8 @@ def test_max_steps_exit_reason(tmp_path: Path) -> None:
     script.write_text(json.dumps('THOUGHT: x\nTOOL_CALL: {"tool": "list_dir", "args": {}}') + "\n" +
                       json.dumps('THOUGHT: y\nTOOL_CALL: {"tool": "git_diff", "args": {}}') + "\n")
     out = tmp_path / "t"
-    r = cli("--registry", str(_registry(tmp_path, script)), "--models", "replay", "--n", "1", "--max-steps", "2",
-            "--out", str(out), "--no-embed")
+    r = cli("--registry", str(_registry(tmp_path, script)), "--models", "replay", "--agent", "react", "--n", "1",
+            "--max-steps", "2", "--out", str(out), "--no-embed")
     assert r.returncode == 0, r.stderr
     [data] = traces(out).values()
     assert data["outcome"]["exit_reason"] == "max_steps" and data["outcome"]["num_turns"] == 2
@@ -167,8 +167,8 @@ def _completed(p: Path) -> bool:
 def test_kill_and_resume(tmp_path: Path) -> None:
     out = tmp_path / "t"
     n = 60
-    args = [sys.executable, str(ROOT / "run_agents.py"), "--models", "oracle", "--n", str(n), "--out", str(out),
-            "--no-embed", "--concurrency", "4"]
+    args = [sys.executable, str(ROOT / "run_agents.py"), "--models", "oracle", "--agent", "react", "--n", str(n),
+            "--out", str(out), "--no-embed", "--concurrency", "4"]
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -184,7 +184,7 @@ def test_kill_and_resume(tmp_path: Path) -> None:
         json.loads(p.read_text())  # never corrupt, whatever the moment of the kill
     complete_before = {p: p.stat().st_mtime_ns for p in files if json.loads(p.read_text())["outcome"]["completed"]}
     assert 8 <= len(complete_before) < n
-    r = cli("--models", "oracle", "--n", str(n), "--out", str(out), "--no-embed", "--resume")
+    r = cli("--models", "oracle", "--agent", "react", "--n", str(n), "--out", str(out), "--no-embed", "--resume")
     assert r.returncode == 0, r.stderr
     for p, mtime in complete_before.items():
         assert p.stat().st_mtime_ns == mtime, f"{p} was redone"
@@ -250,8 +250,8 @@ def test_real_model_end_to_end_with_kv_reuse(tmp_path: Path) -> None:
     registry = tmp_path / "models.yaml"
     registry.write_text(yaml.safe_dump({"default": "small", "models": [small]}))
     out = tmp_path / "traces"
-    r = cli("--registry", str(registry), "--n", "2", "--max-steps", "2", "--concurrency", "2", "--out", str(out),
-            "--no-embed", "--no-progress")
+    r = cli("--registry", str(registry), "--agent", "react", "--n", "2", "--max-steps", "2", "--concurrency", "2",
+            "--out", str(out), "--no-embed", "--no-progress")
     assert r.returncode == 0, r.stderr
     found = traces(out)
     assert len(found) == 2
@@ -331,8 +331,8 @@ def test_hostile_replies_through_the_cli(tmp_path: Path) -> None:
     replies = [reply for reply, _ in CRASHERS.values()] + ["THOUGHT: done\nFINAL: done"] * 2
     script.write_text("".join(json.dumps(r) + "\n" for r in replies))
     out = tmp_path / "t"
-    r = cli("--registry", str(_registry(tmp_path, script)), "--models", "replay", "--n", "2", "--out", str(out),
-            "--no-embed", "--no-progress")
+    r = cli("--registry", str(_registry(tmp_path, script)), "--models", "replay", "--agent", "react", "--n", "2",
+            "--out", str(out), "--no-embed", "--no-progress")
     assert r.returncode == 0, r.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["replay"]["humanevalfix"]["n_episodes"] == 2

@@ -95,8 +95,8 @@ def test_sampled_episodes_are_identical_in_other_batch_compositions(backend: str
     small = {**spec, "name": "sampled", "aliases": [], "backend": backend, "max_tokens": 16, "temperature": 0.8}
     registry = tmp_path / "models.yaml"
     registry.write_text(yaml.safe_dump({"default": "sampled", "models": [small]}))
-    common = ["--registry", str(registry), "--max-steps", "2", "--no-embed", "--no-progress", "--no-demo",
-              "--seed", "3", "--backend", backend]
+    common = ["--registry", str(registry), "--agent", "react", "--max-steps", "2", "--no-embed", "--no-progress",
+              "--no-demo", "--seed", "3", "--backend", backend]
     together, apart = tmp_path / "together", tmp_path / "apart"
     r = cli(*common, "--tasks", "Python/0,Python/1", "--concurrency", "2", "--out", str(together))
     assert r.returncode == 0, r.stderr

@@ -32,7 +32,8 @@ def registry(tmp_path: Path, **fields: Any) -> Path:
 
 def launch(*args: str) -> subprocess.Popen[str]:
     """run_agents.py in its own session: its process group holds it and everything it starts."""
-    return subprocess.Popen([sys.executable, str(ROOT / "run_agents.py"), "--no-embed", "--no-progress", *args],
+    return subprocess.Popen([sys.executable, str(ROOT / "run_agents.py"), "--no-embed", "--no-progress", "--agent",
+                             "react", *args],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "HF_HUB_OFFLINE": "1"}, start_new_session=True)
 
@@ -104,8 +105,8 @@ def test_stop_while_the_backend_starts(tmp_path: Path, signum: int) -> None:
 
     # The delay is no part of the run's configuration: the same model without it resumes the run.
     r = subprocess.run([sys.executable, str(ROOT / "run_agents.py"), "--registry",
-                        str(registry(tmp_path, script="oracle")), "--n", "2", "--out", str(out), "--no-embed",
-                        "--resume"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+                        str(registry(tmp_path, script="oracle")), "--agent", "react", "--n", "2", "--out", str(out),
+                        "--no-embed", "--resume"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     entry = summary_of(out)["slow"]["humanevalfix"]
     assert entry["n_tasks"] == 2 and entry["pass@1"] == 1.0
@@ -129,8 +130,8 @@ def test_stop_while_episodes_run(tmp_path: Path, signum: int) -> None:
     assert not all(t["outcome"]["completed"] for t in traces)
 
     script.write_text(json.dumps("THOUGHT: done\nFINAL: done") + "\n")  # same path: same configuration
-    r = subprocess.run([sys.executable, str(ROOT / "run_agents.py"), "--registry", str(reg), "--n", "4",
-                        "--concurrency", "1", "--out", str(out), "--no-embed", "--resume"],
+    r = subprocess.run([sys.executable, str(ROOT / "run_agents.py"), "--registry", str(reg), "--agent", "react",
+                        "--n", "4", "--concurrency", "1", "--out", str(out), "--no-embed", "--resume"],
                        cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "resume: reused" in r.stderr

@@ -150,7 +150,7 @@ def test_embeddings_go_to_the_trace_not_into_the_episodes_steps(tmp_path: Path) 
             return trace
 
     spec = ModelSpec(name="oracle", backend="scripted", script="oracle")
-    cfg = RunConfig(models=[spec], out=tmp_path / "t", n=2, concurrency=2, embed=False)
+    cfg = RunConfig(models=[spec], out=tmp_path / "t", n=2, concurrency=2, embed=False, strategy="react")
     [(_, _, planned)] = list(plan_jobs(cfg))
     jobs = model_jobs(cfg, spec, planned)
     backend = ScriptedBackend("oracle")

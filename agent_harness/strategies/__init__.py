@@ -3,19 +3,24 @@
 `react` (react.py: tool calls in the THOUGHT/TOOL_CALL/FINAL protocol), `reflect` (whole-function
 proposals tested and reflected on), `reflect_react` (chain.py: reflect, then react on the files as
 given), `single_shot` (bigcode's recipe) and `single_shot_chat` (one chat answer). `extract` pulls the
-code out of a completion. `build_episode` is the one place a strategy name becomes an episode.
+code out of a completion. `STRATEGIES` is the one registry: each strategy's name, builder, trace folder,
+command-line spelling and what it needs of a scenario; `default_strategy` picks a scenario's default.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from ..errors import ConfigError
+from ..scenarios import SingleShot
 from ..types import GenParams, request_seed
 from ..workspace import Workspace
 from .chain import ReflectThenReact
+from .config import ReflectConfig
 from .react import Episode
-from .reflect import ReflectEpisode, require_reflectable
+from .reflect import Reflectable, ReflectEpisode
 from .single_shot import Calibrated, ChatSingleShotEpisode, SingleShotEpisode
 
 if TYPE_CHECKING:
@@ -26,10 +31,65 @@ AnyEpisode = Episode | SingleShotEpisode | ChatSingleShotEpisode | ReflectEpisod
 Builder = Callable[["RunConfig", "ModelSpec", "Job", Any, Workspace, GenParams], AnyEpisode]
 
 
+@dataclass(frozen=True)
+class Need:
+    """Something a strategy needs of a scenario: a protocol it implements, and the one line when it does not
+    ("{name}": the scenario, "{flag}": the strategy's --agent spelling)."""
+
+    protocol: type
+    refusal: str
+
+    def met(self, scenario: object) -> bool:
+        return isinstance(scenario, self.protocol)
+
+
+SINGLE_SHOT = Need(SingleShot, "scenario '{name}' has no single-shot baseline")
+CALIBRATED = Need(Calibrated, "scenario '{name}' has no bigcode-style prompt (single-shot, --reflect-draft bigcode); "
+                              "--agent single-shot-chat asks it in chat form")
+REFLECTABLE = Need(Reflectable, "scenario '{name}' cannot run --agent {flag}: it has no single function to extract "
+                                "and test (use --agent react)")
+
+
+@dataclass(frozen=True)
+class StrategyInfo:
+    """One strategy: `name` is the trace's `agent.strategy`; its traces go to `<scenario><suffix>/`."""
+
+    name: str
+    build: Builder
+    help: str
+    suffix: str
+    needs: tuple[Need, ...] = ()  # react: none, the tool agent works on every scenario
+    reflects: bool = False  # runs the reflect loop: ReflectConfig (--iters, --reflect-draft) applies
+
+    @property
+    def flag(self) -> str:
+        """Its --agent spelling."""
+        return self.name.replace("_", "-")
+
+    @property
+    def mode(self) -> str:
+        """The trace's older name for it (`agent.mode`): 'agent' for react."""
+        return "agent" if self.name == "react" else self.name
+
+    def dirname(self, scenario: str) -> str:
+        return scenario + self.suffix
+
+    def requirements(self, reflect: ReflectConfig) -> tuple[Need, ...]:
+        """What it needs of a scenario under `reflect`: the bigcode draft adds a bigcode-style prompt."""
+        return ((CALIBRATED,) if self.reflects and reflect.draft == "bigcode" else ()) + self.needs
+
+    def supports(self, scenario: object, reflect: ReflectConfig) -> bool:
+        return all(n.met(scenario) for n in self.requirements(reflect))
+
+    def check(self, name: str, scenario: object, reflect: ReflectConfig) -> None:
+        """Refuse, in one line, a scenario this strategy cannot run."""
+        for need in self.requirements(reflect):
+            if not need.met(scenario):
+                raise ConfigError(need.refusal.format(name=name, flag=self.flag))
+
+
 def _single_shot(cfg: RunConfig, spec: ModelSpec, job: Job, scenario: Any, ws: Workspace,
                  params: GenParams) -> AnyEpisode:
-    if not isinstance(scenario, Calibrated):
-        raise TypeError(f"scenario '{job.scenario_name}' has no bigcode-style prompt")
     return SingleShotEpisode(job.task, ws, _first_seed(cfg, job, params), scenario, spec.bigcode_prompt)
 
 
@@ -40,15 +100,14 @@ def _single_shot_chat(cfg: RunConfig, spec: ModelSpec, job: Job, scenario: Any, 
 
 def _reflect(cfg: RunConfig, spec: ModelSpec, job: Job, scenario: Any, ws: Workspace,
              params: GenParams) -> AnyEpisode:
-    return ReflectEpisode(job.task, ws, params, require_reflectable(job.scenario_name, scenario),
-                          cfg.reflect.for_model(spec.bigcode_prompt), cfg.agent.tool_options, sample=job.sample)
+    return ReflectEpisode(job.task, ws, params, scenario, cfg.reflect.for_model(spec.bigcode_prompt),
+                          cfg.agent.tool_options, sample=job.sample)
 
 
 def _reflect_react(cfg: RunConfig, spec: ModelSpec, job: Job, scenario: Any, ws: Workspace,
                    params: GenParams) -> AnyEpisode:
-    return ReflectThenReact(job.task, ws, params, require_reflectable(job.scenario_name, scenario),
-                            cfg.reflect.for_model(spec.bigcode_prompt), cfg.agent, spec.temperature_schedule,
-                            job.sample)
+    return ReflectThenReact(job.task, ws, params, scenario, cfg.reflect.for_model(spec.bigcode_prompt), cfg.agent,
+                            spec.temperature_schedule, job.sample)
 
 
 def _react(cfg: RunConfig, spec: ModelSpec, job: Job, scenario: Any, ws: Workspace,
@@ -58,23 +117,39 @@ def _react(cfg: RunConfig, spec: ModelSpec, job: Job, scenario: Any, ws: Workspa
 
 
 def _first_seed(cfg: RunConfig, job: Job, params: GenParams) -> GenParams:
-    from dataclasses import replace
-
     return replace(params, seed=request_seed(cfg.seed, job.task.id, job.sample, 0))
 
 
-STRATEGY_BUILDERS: dict[str, Builder] = {
-    "react": _react, "reflect": _reflect, "reflect_react": _reflect_react,
-    "single_shot": _single_shot, "single_shot_chat": _single_shot_chat,
-}
+STRATEGIES: dict[str, StrategyInfo] = {s.name: s for s in (
+    StrategyInfo("react", _react, "tools in the THOUGHT/TOOL_CALL/FINAL protocol; runs on every scenario", ""),
+    StrategyInfo("reflect", _reflect, "the whole function, the visible tests, reflect on the failing check, "
+                 "--iters times", "-reflect", (REFLECTABLE,), reflects=True),
+    StrategyInfo("single_shot", _single_shot, "one completion, no tools, asked and post-processed as "
+                 "bigcode-evaluation-harness does: the baseline", "-single_shot", (CALIBRATED,)),
+    StrategyInfo("single_shot_chat", _single_shot_chat, "the earlier chat-style single-shot: a code block asked "
+                 "for", "-single_shot_chat", (SINGLE_SHOT,)),
+    StrategyInfo("reflect_react", _reflect_react, "reflect; when it fails, the files put back and react",
+                 "-reflect_react", (REFLECTABLE,), reflects=True),
+)}
+
+# The defaults, best first as measured (README "Strategies", bench/RESULTS.md: over all 164 HumanEvalFix
+# tasks reflect-react beat react, reflect and single-shot on both models); a scenario runs the first it supports.
+DEFAULT_ORDER = ("reflect_react", "react")
+
+
+def default_strategy(scenario: object, reflect: ReflectConfig) -> StrategyInfo:
+    """The strategy a scenario runs without --agent: the best measured one it supports (react supports all)."""
+    return next(s for s in (STRATEGIES[n] for n in DEFAULT_ORDER) if s.supports(scenario, reflect))
 
 
 def build_episode(cfg: RunConfig, spec: ModelSpec, job: Job, scenario: Any, params: GenParams) -> AnyEpisode:
-    """The episode `cfg.strategy` runs on `job`, in a fresh workspace of the task's files (removed
-    again when the episode cannot be built). Nothing runs in the sandbox here: that is the loop's."""
+    """The episode `job.strategy` runs on `job`, in a fresh workspace of the task's files (removed again when
+    the episode cannot be built). Nothing runs in the sandbox here: that is the loop's."""
+    strategy = STRATEGIES[job.strategy]
+    strategy.check(job.scenario_name, scenario, cfg.reflect)
     ws = Workspace.create(job.task.files, test_cmd=job.task.test_cmd)
     try:
-        return STRATEGY_BUILDERS[cfg.strategy](cfg, spec, job, scenario, ws, params)
+        return strategy.build(cfg, spec, job, scenario, ws, params)
     except BaseException:
         ws.cleanup()
         raise

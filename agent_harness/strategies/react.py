@@ -9,12 +9,12 @@ import json
 import logging
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from .. import history
 from ..demo import demo_messages
 from ..episode import Ask, EpisodeState
-from ..errors import ConfigError, FormatError, LimitsExceeded, Submitted, ToolError
+from ..errors import FormatError, LimitsExceeded, Submitted, ToolError
 from ..protocol import (
     STOP_STRINGS,
     ParsedReply,
@@ -24,9 +24,10 @@ from ..protocol import (
     parse_reply,
     render_system_prompt,
 )
-from ..tools import ToolOptions, ToolResult, restore_files, run_tool, tools_for
+from ..tools import ToolResult, restore_files, run_tool, tools_for
 from ..types import Backend, Completion, Conversation, GenParams, RequestMeta, Task, request_seed
 from ..workspace import Workspace
+from .config import AgentConfig
 
 log = logging.getLogger(__name__)
 
@@ -39,35 +40,6 @@ REPEATED_CALL = "You made exactly the same call twice in a row. Its result has n
 def _example_file(task: Task) -> str | None:
     """A file of the task to use in the prompt's examples: the first one that is not a test."""
     return next((f for f in task.files if not any(p.startswith("test") for p in f.split("/"))), None)
-
-
-@dataclass
-class AgentConfig:
-    """Budgets and helper switches for one episode."""
-
-    max_steps: int = 12  # model turns
-    max_total_tokens: int | None = 60_000  # prompt + completion over the episode
-    # Off by default: in a batched run an episode's wall time is mostly waiting for other episodes.
-    max_wall_s: float | None = None
-    repeat_detection: bool = True
-    format_reminder: bool = True  # the reply format restated after every observation
-    loop_temperature: float | None = 0.7  # sample at this temperature after a reply identical to the last
-    demo: bool = True  # a worked example episode as earlier chat turns (demo.py) instead of prompt examples
-    submit_checks: int = 1  # FINALs refused, with the failing test output, while the visible tests fail
-    history: Literal["full", "condensed"] = "full"  # condensed: stale steps shown as one line (history.py)
-    stale_notes: bool = True  # a write that changes nothing, or repeats a failed version, is told so
-    stale_temperature: float | None = 0.3  # sample from here (+0.2 per repeat) while the last write is stale
-    initial_tests: bool = True  # run the visible tests before the first turn; the task names the failing check
-    # Off by default: with the file in view the 0.5B wrote it back verbatim, turn after turn (1/40 vs 9/40; RESULTS).
-    initial_files: bool = False  # the task message shows the file(s) to fix (Task.focus) as they are
-    restart_after: int | None = None  # this many stale writes in a row: begin again from the task, files as given
-    tool_options: ToolOptions = field(default_factory=ToolOptions)
-
-    def __post_init__(self) -> None:
-        if self.history not in ("full", "condensed"):
-            raise ConfigError(f"history must be 'full' or 'condensed', not {self.history!r}")
-        if self.restart_after is not None and self.restart_after < 1:
-            raise ConfigError(f"--restart-after must be > 0, got {self.restart_after}")
 
 
 @dataclass

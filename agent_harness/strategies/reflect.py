@@ -29,7 +29,8 @@ from ..scenarios.bigcode_prompt import FixPrompt
 from ..tools import ToolOptions, failure_summary, put_file, run_tool, syntax_error
 from ..types import Completion, Conversation, GenParams, Message, RequestMeta, Task, request_seed
 from ..workspace import Workspace
-from .single_shot import MIN_TOKENS, Calibrated, bigcode_params, recipe_record
+from .config import ReflectConfig
+from .single_shot import MIN_TOKENS, Calibrated, bigcode_params
 
 if TYPE_CHECKING:
     from ..trace_model import Trace
@@ -54,57 +55,6 @@ class Reflectable(SingleShot, Protocol):
     def check_source(self, task: Task, source: str) -> str | None:
         """Why `source` cannot be tested (entry point missing, parameters changed), or None."""
         ...
-
-
-def require_reflectable(name: str, scenario: object, strategy: str = "reflect") -> Reflectable:
-    if not isinstance(scenario, Reflectable):
-        raise ConfigError(f"scenario '{name}' cannot run --agent {strategy}: it has no single function to "
-                          "extract and test (use --agent react)")
-    return scenario
-
-
-DRAFTS = ("chat", "bigcode")
-
-
-@dataclass(frozen=True)
-class ReflectConfig:
-    """`iters` model turns at most; iteration i samples at max(model temperature, temperatures[i]).
-
-    `draft`: how the first turn asks. "chat": the chat prompt every turn uses (the task, a code block
-    asked for). "bigcode": the calibrated single-shot's prompt (bigcode's, the declaration prefilled, its
-    stop words and post-processing), with `recipe` the model's `bigcode_prompt` (set per model).
-    """
-
-    iters: int = 4
-    temperatures: tuple[float, ...] = (0.0, 0.4, 0.7, 1.0)  # the last one repeats
-    draft: str = "chat"
-    recipe: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.iters < 1:
-            raise ConfigError(f"--iters must be > 0, got {self.iters}")
-        if not self.temperatures or any(not 0.0 <= t <= 2.0 for t in self.temperatures):
-            raise ConfigError("reflect temperatures must be between 0 and 2")
-        if self.draft not in DRAFTS:
-            raise ConfigError(f"--reflect-draft must be one of {', '.join(DRAFTS)}, got {self.draft!r}")
-
-    def for_model(self, recipe: str | None) -> ReflectConfig:
-        """This config for a model whose `bigcode_prompt` is `recipe` (it matters to the bigcode draft only)."""
-        return replace(self, recipe=recipe) if self.draft == "bigcode" else self
-
-    def record(self) -> dict[str, Any]:
-        """The trace's `agent.reflect` block."""
-        out: dict[str, Any] = {"iters": self.iters, "temperatures": list(self.temperatures), "draft": self.draft}
-        if self.draft == "bigcode":
-            out |= recipe_record(self.recipe)
-        return out
-
-    def fingerprint(self) -> dict[str, Any]:
-        """The fingerprint's block: the default chat draft is left out, so earlier traces still match."""
-        out = self.record()
-        if self.draft == "chat":
-            del out["draft"]
-        return out
 
 
 def _norm(source: str) -> str:

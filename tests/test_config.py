@@ -1,0 +1,216 @@
+"""One definition per setting and one strategy registry: the CLI's flags, the trace header, the fingerprint and
+the trace model's names come from them; traces stored by an earlier commit still get the same fingerprint."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import Any, get_args
+
+import pytest
+
+from agent_harness import fingerprint
+from agent_harness.cli import given_settings, run_parser
+from agent_harness.planning import RunConfig, model_jobs, plan_jobs
+from agent_harness.registry import load_registry
+from agent_harness.scenarios import get_scenario, scenario_names
+from agent_harness.strategies import STRATEGIES, default_strategy
+from agent_harness.strategies.config import AgentConfig, Flagged, ReflectConfig, added_values, build, settings
+from agent_harness.strategies.react import AgentConfig as ReactAgentConfig
+from agent_harness.tools import ToolOptions
+from agent_harness.trace_model import OMIT_UNSET, AgentInfo, Mode, Strategy
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).parent / "data"
+GOLDEN = sorted((DATA / "golden_traces").rglob("run_*.json"))
+# Traces written by commit 8986abe (schema 1.7), run from a `git archive` copy (harness_version "0.1.0"):
+# `run_agents.py --models oracle --tasks Python/0 --no-embed --agent ...` with the flags their folder names.
+OLD = sorted((DATA / "old_traces").rglob("run_*.json"))
+CONFIGS: list[type] = [AgentConfig, ReflectConfig]
+
+
+def _parse(*argv: str) -> Any:
+    return run_parser().parse_args(list(argv))
+
+
+def _sample(s: Flagged) -> list[str]:
+    """Command-line words that set `s` to something other than its default."""
+    if s.setting.switch:
+        return [s.flag]
+    if s.setting.choices:
+        return [s.flag, next(c for c in s.setting.choices if c != s.default)]
+    return [s.flag, "3" if s.setting.type is int else "2.5"]
+
+
+def _get(config: Any, path: tuple[str, ...]) -> Any:
+    for name in path:
+        config = getattr(config, name)
+    return config
+
+
+def test_agent_config_is_still_importable_and_built_by_keywords() -> None:
+    assert ReactAgentConfig is AgentConfig
+    cfg = AgentConfig(max_steps=3, demo=False, tool_options=ToolOptions(syntax_check=False))
+    assert (cfg.max_steps, cfg.demo, cfg.tool_options.syntax_check, cfg.loop_temperature) == (3, False, False, 0.7)
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.__name__)
+def test_each_setting_has_one_flag_and_no_flag_keeps_the_defaults(config: type) -> None:
+    flagged = list(settings(config))
+    paths = [s.path for s in flagged]
+    assert len(set(paths)) == len(paths) and len({s.flag for s in flagged}) == len(flagged)
+    if config is AgentConfig:  # every field is a setting; tool_options through its two switches
+        assert {p[0] for p in paths} == {f.name for f in fields(AgentConfig)}
+        assert [p for p in paths if p[0] == "tool_options"] == [("tool_options", "syntax_check"),
+                                                                ("tool_options", "extract_failure")]
+    else:  # the temperatures schedule and the per-model recipe are no flags
+        assert paths == [("iters",), ("draft",)]
+    helps = run_parser().format_help()
+    assert all(s.flag in helps for s in flagged)
+    assert given_settings(_parse(), config) == {}
+    assert build(config, given_settings(_parse(), config)) == config()
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.__name__)
+def test_each_flag_sets_its_own_setting_only(config: type) -> None:
+    default = config()
+    for s in settings(config):
+        built = build(config, given_settings(_parse(*_sample(s)), config))
+        assert _get(built, s.path) != _get(default, s.path), s.flag
+        if s.setting.switch:
+            assert _get(built, s.path) == s.setting.sets, s.flag
+        if len(s.path) == 1:
+            assert replace(built, **{s.path[0]: _get(default, s.path)}) == default, s.flag
+        else:
+            inner = replace(_get(built, s.path[:1]), **{s.path[1]: _get(default, s.path)})
+            assert replace(built, **{s.path[0]: inner}) == default, s.flag
+
+
+def test_flag_help_and_spelling_come_from_the_definition() -> None:
+    by_flag = {s.flag: s for s in settings(AgentConfig)}
+    assert by_flag["--no-loop-break"].path == ("loop_temperature",) and "0.7" in by_flag["--no-loop-break"].help
+    assert by_flag["--no-stale-temperature"].path == ("stale_temperature",)
+    assert "0.3" in by_flag["--no-stale-temperature"].help
+    assert by_flag["--max-steps"].help.endswith("(default: 12)")
+    assert by_flag["--no-syntax-check"].path == ("tool_options", "syntax_check")
+    assert given_settings(_parse("--max-total-tokens", "0"), AgentConfig) == {("max_total_tokens",): None}
+    assert given_settings(_parse("--no-submit-check", "--restart-after", "2"), AgentConfig) == {
+        ("submit_checks",): 0, ("restart_after",): 2}
+
+
+def test_dump_leaves_out_later_settings_while_they_behave_as_before() -> None:
+    assert added_values(AgentConfig) == {"initial_tests": False, "initial_files": False, "restart_after": None}
+    dump = AgentConfig().dump()
+    assert dump["initial_tests"] is True and "initial_files" not in dump and "restart_after" not in dump
+    assert "initial_tests" not in AgentConfig(initial_tests=False).dump()
+    assert AgentConfig(restart_after=2, initial_files=True).dump()["restart_after"] == 2
+    old = AgentConfig(initial_tests=False).dump()
+    assert AgentConfig.from_dump(old) == AgentConfig(initial_tests=False)  # missing: the behaviour before it
+    assert AgentConfig.from_dump(json.loads(json.dumps(dump))) == AgentConfig()
+    assert "draft" not in ReflectConfig().fingerprint() and ReflectConfig().record()["draft"] == "chat"
+    assert ReflectConfig(draft="bigcode").fingerprint()["draft"] == "bigcode"
+
+
+@pytest.mark.parametrize("path", GOLDEN, ids=lambda p: "/".join(p.parts[-5:-3]))
+def test_the_dump_is_the_trace_header_and_the_fingerprint_input(path: Path) -> None:
+    trace = json.loads(path.read_text())
+    header = {k: v for k, v in trace["agent"].items() if k not in ("mode", "strategy", "concurrency", "reflect",
+                                                                   "single_shot")}
+    assert header == trace["fingerprint"]["config"]["agent"] == json.loads(json.dumps(AgentConfig().dump()))
+
+
+def test_agent_info_records_every_setting() -> None:
+    info = AgentInfo.model_fields
+    for f in fields(AgentConfig):
+        assert f.name in info, f"trace_model.AgentInfo has no field for AgentConfig.{f.name}"
+        assert (OMIT_UNSET in info[f.name].metadata) == (f.name in added_values(AgentConfig)), f.name
+
+
+def test_the_registry_is_the_one_list_of_strategies() -> None:
+    assert get_args(Strategy) == tuple(STRATEGIES)
+    assert set(get_args(Mode)) == {s.mode for s in STRATEGIES.values()}
+    [agent] = [a for a in run_parser()._actions if a.dest == "agent"]
+    assert list(agent.choices or ()) == [s.flag for s in STRATEGIES.values()]
+    folders = {(p.parts[-5], p.parts[-3]) for p in GOLDEN}  # (the --agent spelling, the trace folder)
+    assert folders == {(s.flag, s.dirname("humanevalfix")) for s in STRATEGIES.values()}
+    for p in GOLDEN:
+        assert json.loads(p.read_text())["agent"]["strategy"] == {s.flag: n for n, s in STRATEGIES.items()}[p.parts[-5]]
+
+
+def test_each_scenario_defaults_to_the_best_strategy_it_supports() -> None:
+    reflect = ReflectConfig()
+    defaults = {name: default_strategy(get_scenario(name), reflect).name for name in scenario_names()}
+    reflectable = {"humanevalfix", "bogus"}  # one function to extract and test; the YAML ones use tools only
+    assert defaults == {name: "reflect_react" if name in reflectable else "react" for name in scenario_names()}
+    assert len(defaults) > len(reflectable)
+    for name in scenario_names():
+        assert STRATEGIES["react"].supports(get_scenario(name), reflect)
+        assert STRATEGIES["reflect_react"].supports(get_scenario(name), reflect) == (name in reflectable)
+
+
+def _config_of(trace: dict[str, Any], strategy: str | None) -> tuple[RunConfig, Any]:
+    """The run configuration a stored trace records, as `run_agents.py` would build it now."""
+    agent, config = trace["agent"], trace["fingerprint"]["config"]
+    [spec] = load_registry(ROOT / "models.yaml").resolve(trace["model"]["name"])
+    reflect = ReflectConfig(**{k: tuple(v) if k == "temperatures" else v for k, v in agent.get("reflect", {}).items()
+                               if k in ("iters", "temperatures", "draft")})
+    return RunConfig(models=[spec], scenarios=[config["scenario"]], labels=[trace["label"]],
+                     task_ids=(trace["task_id"],), out=Path("unused"), seed=trace["generation"]["seed"],
+                     embed=False, strategy=strategy, agent=AgentConfig.from_dump(agent), reflect=reflect), spec
+
+
+def _fingerprint_now(trace: dict[str, Any], strategy: str | None) -> dict[str, Any]:
+    cfg, spec = _config_of(trace, strategy)
+    [job] = model_jobs(cfg, spec, [j for _, _, jobs in plan_jobs(cfg) for j in jobs])
+    assert job.path.relative_to(cfg.out).as_posix().endswith(f"{trace['scenario']}/{trace['label']}/"
+                                                             f"run_Python-0__s0.json")
+    return job.fingerprint
+
+
+@pytest.mark.parametrize("path", OLD, ids=lambda p: p.parts[-5])
+def test_a_stored_old_trace_gets_the_same_fingerprint_now(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    trace = json.loads(path.read_text())
+    monkeypatch.setattr(fingerprint, "harness_version", lambda: trace["harness_version"])  # the one thing it names
+    now = _fingerprint_now(trace, trace["agent"]["strategy"])
+    assert now["config"] == trace["fingerprint"]["config"]
+    assert now["hash"] == trace["fingerprint"]["hash"] and now["run_hash"] == trace["fingerprint"]["run_hash"]
+    if trace["agent"]["strategy"] == "reflect_react":  # the default now: a run without --agent resumes it
+        assert _fingerprint_now(trace, None)["hash"] == trace["fingerprint"]["hash"]
+
+
+def test_the_stored_old_traces_cover_the_later_settings() -> None:
+    agents = {p.parts[-5]: json.loads(p.read_text())["fingerprint"]["config"]["agent"] for p in OLD}
+    assert "initial_tests" not in agents["react-no-initial-tests"] and agents["react"]["initial_tests"] is True
+    assert agents["react-switches"]["restart_after"] == 2 and "restart_after" not in agents["react"]
+    assert {json.loads(p.read_text())["agent"]["strategy"] for p in OLD} == {"react", "reflect", "reflect_react"}
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(ROOT / "run_agents.py"), "--no-embed", "--no-progress", *args],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+
+
+def test_without_agent_each_scenario_runs_its_default_and_the_trace_names_it(tmp_path: Path) -> None:
+    out = tmp_path / "t"
+    r = _cli("--models", "oracle", "--n", "1", "--scenario", "humanevalfix,repo_bugfix", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "strategy: reflect-react on humanevalfix; react on repo_bugfix (each scenario's default" in r.stdout
+    traces = {p.relative_to(out).parts[1]: json.loads(p.read_text()) for p in out.rglob("run_*.json")}
+    assert {k: t["agent"]["strategy"] for k, t in traces.items()} == {
+        "humanevalfix-reflect_react": "reflect_react", "repo_bugfix": "react"}
+    assert all(t["outcome"]["passed"] for t in traces.values())
+
+    # an explicit --agent applies to every scenario and finds the default's traces done
+    r = _cli("--models", "oracle", "--n", "1", "--agent", "reflect-react", "--out", str(out), "--resume")
+    assert r.returncode == 0 and "resume: reused 1, redid 0" in r.stderr, r.stderr
+    assert "strategy:" not in r.stdout
+
+    r = _cli("--models", "oracle", "--n", "1", "--scenario", "repo_bugfix", "--iters", "2", "--out", str(out))
+    assert r.returncode == 2 and r.stderr.strip() == "error: --iters applies to --agent reflect and reflect-react only"
+    r = _cli("--models", "oracle", "--n", "1", "--scenario", "repo_bugfix", "--agent", "reflect", "--out", str(out))
+    assert r.returncode == 2 and "cannot run --agent reflect" in r.stderr

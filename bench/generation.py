@@ -10,8 +10,11 @@ join + sha256, GGUF → bf16 folder, then the transformers load. "Cached" is the
 prepared folder. Aggregate tok/s = completion tokens of the whole batch / its wall time.
 vLLM: one throughput run per mode (compiled graphs with the project's compile cache, or
 enforce_eager), and load times with an empty compile cache (cold), the same cache again (warm)
-and eager. Memory is the peak summed over the process and its children (vLLM's engine runs in
-child processes), sampled every 0.5 s (PSS where the kernel gives it, else RSS).
+and eager. vLLM is the `vllm` backend: a local `vllm serve` the backend starts, reached over HTTP, so
+its numbers include the client's encoding and streaming. A batch is sent as that many concurrent
+requests (`complete_all`); each backend batches them itself. Memory is the peak summed over the
+process and its children (the vLLM server and its engine core), sampled every 0.5 s (PSS where the
+kernel gives it, else RSS).
 Appends a section to bench/RESULTS.md.
 """
 
@@ -163,6 +166,7 @@ def worker_cold(model: str) -> dict[str, Any]:
 def worker_throughput(model: str, backend_name: str, batches: list[int], max_tokens: int,
                       repeats: int) -> dict[str, Any]:
     from agent_harness.backends import load_backend
+    from agent_harness.backends.loop import complete_all
     from agent_harness.registry import load_registry
     from agent_harness.types import GenParams
 
@@ -178,21 +182,21 @@ def worker_throughput(model: str, backend_name: str, batches: list[int], max_tok
         backend.close()
         mem.__exit__()
         return result
-    backend.generate(prompts(1), GenParams(max_tokens=8))  # warm-up: first-call allocations, caches
+    complete_all(backend, prompts(1), GenParams(max_tokens=8))  # warm-up: first-call allocations, caches
     for b in batches:
         convs = prompts(b)
         walls = []
         for _ in range(repeats):  # the best of a few: a 2-core VM has noisy neighbours
             t = time.perf_counter()
-            out = backend.generate(convs, GenParams(max_tokens=max_tokens))
+            out = complete_all(backend, convs, GenParams(max_tokens=max_tokens))
             walls.append(time.perf_counter() - t)
-            toks = sum(c.completion_tokens for c in out)
+            toks = sum(c.completion_tokens or 0 for c in out)
             print(f"  {backend_name} batch {b:>2}: {toks} tokens in {walls[-1]:.1f} s = "
                   f"{toks / walls[-1]:.1f} tok/s", file=sys.stderr, flush=True)
         wall = min(walls)
         result["runs"].append({
             "batch": b, "wall_s": wall, "walls": walls, "completion_tokens": toks,
-            "prompt_tokens_mean": sum(c.prompt_tokens for c in out) / b, "tok_s": toks / wall,
+            "prompt_tokens_mean": sum(c.prompt_tokens or 0 for c in out) / b, "tok_s": toks / wall,
         })
     mem.__exit__()
     result["peak_tree_mb"] = round(mem.peak_mb, 1)
@@ -203,8 +207,9 @@ def worker_throughput(model: str, backend_name: str, batches: list[int], max_tok
 
 
 def worker_vllm_load(model: str) -> dict[str, Any]:
-    """Load the vLLM backend, generate 8 tokens (the first request), close: load-time only."""
+    """Load the vLLM backend (its server healthy), generate 8 tokens (the first request), close: load-time only."""
     from agent_harness.backends import load_backend
+    from agent_harness.backends.loop import complete_all
     from agent_harness.registry import load_registry
     from agent_harness.types import GenParams
 
@@ -217,7 +222,7 @@ def worker_vllm_load(model: str) -> dict[str, Any]:
             backend.close()
             return {"error": f"fell back: {backend.info.fallback_reason}"}
         t1 = time.perf_counter()
-        backend.generate(prompts(1), GenParams(max_tokens=8))
+        complete_all(backend, prompts(1), GenParams(max_tokens=8))
         first_s = time.perf_counter() - t1
     backend.close()
     return {"load_s": load_s, "backend_load_s": backend.info.details.get("load_s"),

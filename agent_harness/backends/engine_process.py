@@ -1,25 +1,102 @@
-"""The vLLM engine's processes: its stderr teed (and sent to the engine log), and leftovers reaped.
+"""The processes of a local engine server: a watchdog that ends them with the harness, the root cause of
+a failed start read from the server's log, and leftovers reaped.
 
-vLLM's engine runs in child processes. They print the real reason a start failed on the stderr they
-inherit, and a failed start can leave them running; this module keeps the one and ends the other,
-apart from the backend that drives the engine (vllm_backend.py).
+`watched(cmd)` wraps a server's command line in a small watchdog process (`WATCHDOG`), started as the
+leader of its own process group. The watchdog runs the server in that group and, when it gets SIGTERM
+(the harness stopping it, or its parent's death through PR_SET_PDEATHSIG), sends the server SIGTERM,
+waits `grace_s`, and kills the whole group (the engine core vLLM's server spawns included), itself
+last. A server that exits on its own takes its group with it the same way. So the harness ends every
+process of a server through one pid, and a harness that dies hard (SIGKILL, a crash) takes its servers
+along. PR_SET_PDEATHSIG fires when the *thread* that started the watchdog ends: start servers from a
+thread that outlives them (the runner's main thread does).
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
-import logging
 import os
 import re
 import sys
-import threading
-import time
+from pathlib import Path
 from typing import Any
 
-from ..trace_io import open_append
+# argv: parent pid, grace seconds, the server's command. Self-contained (runs as `python -c`).
+WATCHDOG = r"""
+import ctypes, os, signal, subprocess, sys
+parent, grace, cmd = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3:]
 
-log = logging.getLogger(__name__)
+
+def stop(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+signal.signal(signal.SIGTERM, stop)
+signal.signal(signal.SIGHUP, stop)
+try:
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+except (OSError, AttributeError):  # not Linux: the harness's own stop still works
+    pass
+child = None
+try:
+    if os.getppid() != parent:  # the harness died before prctl took effect
+        sys.exit(1)
+    child = subprocess.Popen(cmd)
+    code = child.wait()
+    print(f"[watchdog] the server exited with code {code}", file=sys.stderr, flush=True)
+finally:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if child is not None and child.poll() is None:
+        child.terminate()
+        try:
+            child.wait(grace)
+        except subprocess.TimeoutExpired:
+            print(f"[watchdog] the server ignored SIGTERM for {grace:g} s: killed", file=sys.stderr, flush=True)
+    sys.stderr.flush()
+    os.killpg(0, signal.SIGKILL)  # the group: the server's children too, the watchdog last
+"""
+
+
+def watched(cmd: list[str], grace_s: float) -> list[str]:
+    """`cmd` run under the watchdog (start it with `start_new_session=True`: its group is the server's)."""
+    return [sys.executable, "-c", WATCHDOG, str(os.getpid()), f"{grace_s:g}", *cmd]
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a process that has not exited is left in process group `pgid` (zombies waiting to be
+    reaped do not count); on a system without /proc, whether the group can still be signalled."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # after "pid (comm)": state ppid pgrp ...
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
+_EXC_LINE = re.compile(r"\b([A-Za-z_][\w.]*(?:Error|Exception|Exit)): (.+)")
+
+
+def root_cause(log_text: str) -> str | None:
+    """The last exception line a failed server printed, as `Type: message` (at most 400 characters).
+
+    vLLM's API server only says "Engine core initialization failed. See root cause above": the line
+    before it, printed by the engine core, names the cause (out of memory, a bad flag, a port taken).
+    """
+    for line in reversed(log_text.splitlines()):
+        m = _EXC_LINE.search(line)
+        if m and "Engine core initialization failed" not in m.group(2):
+            return f"{m.group(1).rsplit('.', 1)[-1]}: {m.group(2).strip()}"[:400]
+    return None
 
 
 def children() -> dict[int, Any]:
@@ -59,104 +136,3 @@ def reap(before: set[int], grace_s: float = 5.0) -> list[int]:
             p.kill()
     psutil.wait_procs(alive, timeout=grace_s)
     return [p.pid for p in new]
-
-
-_EXC_LINE = re.compile(r"\b([A-Za-z_][\w.]*(?:Error|Exception|Exit)): (.+)")
-
-
-class StderrTee:
-    """Tees file descriptor 2 through a pipe while the engine starts, keeping the last lines.
-
-    vLLM's engine runs in child processes that inherit fd 2 and print the real error there; the
-    parent only gets "Engine core initialization failed. See root cause above". The tee keeps
-    copying to the real stderr for the engine's whole life (the children hold the pipe), and a
-    failed start reads its root cause from the kept lines.
-    """
-
-    def __init__(self, keep: int = 400, log_path: str | None = None) -> None:
-        self.log_path = log_path  # copy to this file (appended) instead of the real stderr
-        self.lines: collections.deque[str] = collections.deque(maxlen=keep)
-        self._bytes = 0
-        self._thread: threading.Thread | None = None
-        self._saved: int | None = None
-
-    def __enter__(self) -> StderrTee:
-        try:
-            sys.stderr.flush()
-            read_fd, write_fd = os.pipe()
-            self._saved = os.dup(2)
-        except (OSError, ValueError):
-            return self  # no usable fd 2 (embedded interpreter): no tee, no root cause
-        out = os.dup(self._saved)
-        if self.log_path:
-            try:
-                os.makedirs(os.path.dirname(os.path.abspath(self.log_path)), exist_ok=True)
-                log_fd = open_append(self.log_path)
-            except OSError as e:
-                log.warning("engine log %s: %s; engine output goes to stderr", self.log_path, e.strerror)
-            else:
-                os.close(out)
-                out = log_fd
-        self._thread = threading.Thread(target=self._pump, args=(read_fd, out), name="vllm-stderr-tee",
-                                        daemon=True)
-        self._thread.start()
-        os.dup2(write_fd, 2)
-        os.close(write_fd)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._saved is None:
-            return
-        with contextlib.suppress(OSError, ValueError):
-            sys.stderr.flush()
-        os.dup2(self._saved, 2)  # our end of the pipe closes; the children keep theirs
-        os.close(self._saved)
-        self._saved = None
-
-    def _pump(self, read_fd: int, out_fd: int) -> None:
-        partial = b""
-        try:
-            while chunk := os.read(read_fd, 65536):
-                with contextlib.suppress(OSError):
-                    os.write(out_fd, chunk)
-                self._bytes += len(chunk)
-                partial += chunk
-                *done, partial = partial.split(b"\n")
-                self.lines.extend(line.decode("utf-8", "replace") for line in done)
-        finally:
-            if partial:
-                self.lines.append(partial.decode("utf-8", "replace"))
-            os.close(read_fd)
-            os.close(out_fd)
-
-    def root_cause(self, wait_s: float = 5.0) -> str | None:
-        """The last exception line the engine printed.
-
-        Waits for the dead children's last output: until the pipe closes, or nothing new came for
-        0.5 s (a process that outlives the engine, e.g. multiprocessing's resource tracker, may hold
-        the pipe open), at most `wait_s`.
-        """
-        deadline = time.monotonic() + wait_s
-        seen, quiet_since = self._bytes, time.monotonic()
-        while self._thread is not None and self._thread.is_alive() and time.monotonic() < deadline:
-            self._thread.join(0.1)
-            if self._bytes != seen:
-                seen, quiet_since = self._bytes, time.monotonic()
-            elif time.monotonic() - quiet_since >= 0.5:
-                break
-        for line in reversed(self.lines):
-            m = _EXC_LINE.search(line)
-            if m and "Engine core initialization failed" not in m.group(2):
-                text = f"{m.group(1).rsplit('.', 1)[-1]}: {m.group(2).strip()}"
-                return text[:400]
-        return None
-
-
-def log_to_file(name: str, path: str) -> None:
-    """Point the stream handlers of logger `name` at `path` (appended)."""
-    for h in logging.getLogger(name).handlers:
-        if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler):
-            try:
-                h.setStream(os.fdopen(open_append(path), "a", encoding="utf-8"))
-            except OSError:
-                return

@@ -248,7 +248,8 @@ def server_group_when_loading(proc: subprocess.Popen[str], timeout_s: float = 60
 
 def run_until_loading(cmd: list[str], tmp_path: Path) -> tuple[subprocess.Popen[str], int]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "AGENT_HARNESS_VLLM_EAGER": "1",
-           "AGENT_HARNESS_VLLM_DTYPE": "float32", "VLLM_CPU_KVCACHE_SPACE": "1"}
+           "AGENT_HARNESS_VLLM_DTYPE": "float32", "VLLM_CPU_KVCACHE_SPACE": "1",
+           "AGENT_HARNESS_ENGINE_LOG": str(tmp_path / "engine.log")}  # a harness killed hard cannot clean up
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, text=True, stdout=subprocess.DEVNULL,
                             stderr=(tmp_path / "stderr").open("w"))
     try:

@@ -95,7 +95,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--list-models", action="store_true", help="print the registry and exit")
     p.add_argument("--list-scenarios", action="store_true", help="print the scenarios and exit")
     p.add_argument("-v", "--verbose", action="count", default=0,
-                   help="more log lines; -v also shows the vLLM engine's output (else in <out>/engine.log)")
+                   help="more log lines (the vLLM engine's own output is in <out>/engine.log)")
     from .strategies.config import AgentConfig, ReflectConfig
 
     _add_settings(p.add_argument_group("reflect (--agent reflect, reflect-react)"), ReflectConfig)
@@ -194,8 +194,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     for s in scenarios:
         get_scenario(s)
     strategy = _strategy(args)
-    if not args.verbose:  # the engine's warnings go to a file in the output folder; -v shows them
-        os.environ.setdefault("AGENT_HARNESS_ENGINE_LOG", str(args.out / "engine.log"))
+    # The engine's own output (vllm serve) goes to a file in the output folder, never to the terminal.
+    os.environ.setdefault("AGENT_HARNESS_ENGINE_LOG", str(args.out / "engine.log"))
     cfg = RunConfig(
         models=specs, scenarios=scenarios, labels=args.label.split(",") if args.label else None, n=args.n,
         task_ids=tuple(t.strip() for t in args.tasks.split(",")) if args.tasks else (), samples=args.samples,

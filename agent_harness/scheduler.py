@@ -168,7 +168,7 @@ class ModelRun:
         self._slot.release()
         self.busy.add(1)
         try:
-            future = self._loop.submit(self._complete(conversation, params, meta))
+            future = self._loop.submit(self.backend.complete(conversation, params, meta))
             while True:
                 try:
                     c = future.result(timeout=0.5)
@@ -193,15 +193,6 @@ class ModelRun:
             self.cached_tokens += c.cached_tokens or 0
         if c.error is not None:
             raise UnusableReply(c.error)
-        return c
-
-    async def _complete(self, conversation: Conversation, params: GenParams, meta: RequestMeta) -> Completion:
-        complete = getattr(self.backend, "complete", None)
-        if complete is not None:
-            return await complete(conversation, params, meta)
-        import asyncio  # TRANSITION (issue 27): a backend not yet on the async protocol
-
-        [c] = await asyncio.to_thread(self.backend.generate, [conversation], params, [params.seed], [meta])  # type: ignore[attr-defined]
         return c
 
     # -- episode lifecycle -------------------------------------------------------------

@@ -40,7 +40,7 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "vllm_ngram": ("vLLM n-gram speculative decoding: draft tokens per step", "1 to 16 (default off)"),
     "vllm_gpu_util": ("vLLM gpu_memory_utilization (CUDA)", "a fraction in (0, 1]"),
     "openai_backoff_s": ("openai backend: base delay between retries", "seconds >= 0 (default 1)"),
-    "engine_log": ("vLLM's own log lines go to this file (the CLI sets <out>/engine.log unless -v)", "a file path"),
+    "engine_log": ("vLLM's own log lines go to this file (the CLI sets <out>/engine.log)", "a file path"),
     "cgroup": ("bound a command's processes together with a memory cgroup (root only)", "1 or 0 (default 1)"),
     "cgroup_fs": ("where the cgroup file system is mounted", "a folder (default /sys/fs/cgroup)"),
     "no_vllm": ("scripts/setup.sh: do not install vLLM", "any non-empty value"),

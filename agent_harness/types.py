@@ -204,12 +204,3 @@ class ScoreResult:
     compromised: bool | None = None  # None: the scenario does not check for compromise
     details: dict[str, Any] = field(default_factory=dict)
 
-
-@runtime_checkable
-class StreamingBackend(Protocol):  # TRANSITION (issue 27): removed with the old scheduler
-    def submit(self, key: str, conversation: Conversation, params: GenParams,
-               meta: RequestMeta | None = None) -> None: ...
-
-    def poll(self) -> list[tuple[str, Completion]]: ...
-
-    def pending(self) -> int: ...

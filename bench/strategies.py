@@ -16,9 +16,9 @@ stopped and picked up again. `--only NAME[,NAME]` runs a subset. A config whose 
 have (e.g. `--history` before that feature exists) is skipped with a note.
 
 `--serve`: each model's configs go to one local `vllm serve` of its prepared folder (started here, one
-model at a time, through an openai registry entry with the model's name and generation settings).
-On the 2-core CPU machines this ran agent sweeps 2.5-4.5x faster than the offline backend
-(`bench/serve_vs_offline.py`); the traces then record backend `openai`.
+model at a time, through an openai registry entry with the model's name and generation settings): one
+engine start per model instead of one per config (the `vllm` backend starts its own server for each
+run). The traces then record backend `openai`.
 
 The table (printed, and appended to bench/RESULTS.md unless `--no-append`): pass@1 with its 95 % CI
 (Wilson over episodes; pass@k too when a config samples k times), mean turns, mean prompt / computed

@@ -278,7 +278,7 @@ def registry(tmp_path: Path, folder: Path, port: int) -> Path:
 def run_args(reg: Path, model: str, out: Path) -> list[str]:
     return [sys.executable, str(ROOT / "run_agents.py"), "--registry", str(reg), "--models", model, "--n", "2",
             "--max-steps", "2", "--concurrency", "1", "--no-embed", "--no-progress", "--no-loop-break",
-            "--out", str(out)]
+            "--agent", "react", "--out", str(out)]
 
 
 def env() -> dict[str, str]:

@@ -25,8 +25,8 @@ on an AVX2 EPYC vLLM ran 3 tok/s at batch 16 in bf16, 28 in fp32), then fp32.
 ``AGENT_HARNESS_VLLM_NGRAM=k`` n-gram speculative decoding with k draft tokens,
 ``AGENT_HARNESS_VLLM_GPU_UTIL`` the GPU memory fraction (CUDA; that path is the same code, untested here).
 
-The server's output goes to ``AGENT_HARNESS_ENGINE_LOG`` (the CLI sets ``<out>/engine.log`` unless
-``-v``), else to a temporary file that `close` removes. The server is stopped by its own pid on every
+The server's output goes to ``AGENT_HARNESS_ENGINE_LOG`` (the CLI sets ``<out>/engine.log``), else to a
+temporary file that `close` removes. The server is stopped by its own pid on every
 path: `close`, a start that fails or is interrupted (a stop request raises in the main thread while it
 waits), and a harness that dies hard (the watchdog's PR_SET_PDEATHSIG, `engine_process`). A server
 that cannot start (vLLM missing, a port taken, a crash, no health in time) raises BackendUnavailable

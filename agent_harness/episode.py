@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from .steps import Place, Step
 from .types import Completion, Conversation, GenParams, RequestMeta
 
 if TYPE_CHECKING:
     from .trace_model import Trace
+
+S = TypeVar("S", bound=Step)
 
 
 class Ask(Protocol):
@@ -23,7 +26,7 @@ class Ask(Protocol):
 class EpisodeState:
     """Steps so far, turns, token counters and how the episode ended (None while it runs)."""
 
-    steps: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
     turn: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -44,8 +47,11 @@ class EpisodeState:
     def annotate(self, trace: Trace) -> None:
         """Add the strategy's own records to the trace header (nothing by default)."""
 
-    def _step(self, type_: str, text: str, **extra: Any) -> dict[str, Any]:
-        step = {"i": len(self.steps), "turn": self.turn, "type": type_, "text": text, **extra}
+    def _at(self) -> Place:
+        """Where the next step stands: the next position in the record, the current turn."""
+        return {"i": len(self.steps), "turn": self.turn}
+
+    def _add(self, step: S) -> S:
         self.steps.append(step)
         return step
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import ConfigError, HarnessError
 from .trace_check import check_trace
 from .trace_io import Unreadable, parse_json, read_json, read_json_lines, report_skipped, skip_line, trace_files
-from .trace_model import Outcome, Step, Trace
+from .trace_model import STEP_FIELDS, Outcome, Trace
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -35,7 +35,7 @@ UNTYPED_OUTCOME = ("score_error",)
 UNTYPED_STEP = ("endpoint", "seed", "check", "output", "temperature", "elided", "file", "tests", "stale", "note")
 _HEADER = tuple(f for f in Trace.model_fields if f not in UNTYPED_HEADER)
 _OUTCOME = tuple(f for f in Outcome.model_fields if f not in UNTYPED_OUTCOME)
-_STEP = tuple(f for f in Step.__annotations__ if f not in UNTYPED_STEP)
+_STEP = tuple(f for f in STEP_FIELDS if f not in UNTYPED_STEP)
 
 
 class HubPushError(HarnessError):

@@ -45,10 +45,9 @@ class Live:
         task_message = getattr(ep, "user_prompt", "")  # as the model got it (made when the loop began)
         if isinstance(task_message, str) and task_message:
             self.trace.prompt.task = task_message
-        steps = [dict(s) for s in ep.steps]
-        for s, vec in zip(steps, self.vectors or (), strict=False):
-            s["embedding"] = vec
-        self.trace.steps = steps  # type: ignore[assignment]  # the episodes' records, typed by trace_model.Step
+        vectors = self.vectors or []
+        self.trace.steps = [s.model_copy(update={"embedding": vectors[n]}) if n < len(vectors) else s
+                            for n, s in enumerate(ep.steps)]  # steps are frozen: the episode's own stay as they are
         out.num_steps, out.num_turns = len(ep.steps), ep.turn
         out.prompt_tokens, out.cached_prompt_tokens = ep.prompt_tokens, ep.cached_tokens
         out.completion_tokens = ep.completion_tokens

@@ -30,6 +30,7 @@ from .planning import Job, RunConfig
 from .registry import ModelSpec
 from .run_trace import Live, Unstarted, new_trace
 from .scenarios import Scenario, get_scenario
+from .steps import ToolCall
 from .strategies import build_episode
 from .text import error_message, error_text, safe_text
 from .trace import BACKEND_FAULT, UNSCORED_BACKEND, write_json_atomic
@@ -243,7 +244,7 @@ class ModelRun:
             out.score_error = ScoreError(type=BACKEND_FAULT, message=UNSCORED_BACKEND)
         else:
             try:
-                tool_calls = [{"tool": s["tool"], "args": s["args"]} for s in ep.steps if s["type"] == "tool_call"]
+                tool_calls = [{"tool": s.tool, "args": s.args} for s in ep.steps if isinstance(s, ToolCall)]
                 score = self.scenario(live.job).score(ep.task, ep.ws, tool_calls)
                 out.passed, out.compromised = score.passed, score.compromised
                 out.test_output, out.score_details = score.output[-4000:], score.details
@@ -268,7 +269,7 @@ class ModelRun:
                     self._fault(live, "the workspace clean-up", e)
             if self.embedder is not None and ep.steps:
                 try:
-                    texts = [safe_text(s["text"]) for s in ep.steps]
+                    texts = [safe_text(s.text) for s in ep.steps]
                     vectors = self.embedder.embed(texts)
                     live.vectors = [vec for _, vec in zip(ep.steps, vectors, strict=True)]
                     live.trace.embeddings = Embeddings(model=self.embedder.name, dim=self.embedder.dim)

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from typing_extensions import is_typeddict
 
 from .trace_io import Unreadable
-from .trace_model import LOADER_REQUIRED, READABLE_VERSIONS, Step, Trace
+from .trace_model import LOADER_REQUIRED, READABLE_VERSIONS, STEP_FIELDS, Trace
 
 MAX_STEPS = 1_000_000  # step indexes, turns, samples, positions: analyses loop and plot up to these
 MAX_NUMBER = 10**12  # every other number (tokens, seconds): int64- and float-safe, also summed
@@ -177,8 +177,7 @@ def _embedding_or_mark(vector: Check) -> Check:
 
 @cache
 def _checks(cut: bool) -> Check:
-    step_hints = typing.get_type_hints(Step, include_extras=True)
-    step_checks = {k: _compile(t, k, []) for k, t in step_hints.items()}
+    step_checks = {k: _compile(t, k, meta) for k, (t, meta) in STEP_FIELDS.items()}  # any step type's fields
     if cut:
         emb = step_checks["embedding"]
         assert emb is not None

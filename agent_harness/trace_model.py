@@ -17,24 +17,26 @@ so the generated schema validates 1.0-1.7 traces alike.
 Presence is deliberate: a field marked `OMIT_UNSET` is written only once it has been set (an outcome
 gets `score_details` or `score_error` only from scoring, the agent block `reflect` only under that
 strategy); every other field is always written, null included. Steps are the episodes' own records
-(plain dicts typed by `Step`), written as they are.
+(`steps.Step`: one model per step type), written as each records itself (`dump`).
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated, Any, Literal, NamedTuple, Required
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 from pydantic.json_schema import GenerateJsonSchema
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
+from .steps import STEP_FIELDS as STEP_FIELDS  # re-exported: the loader's and checker's view of a step
+from .steps import Step
+from .steps import StepType as StepType
+
 SchemaVersion = Literal["1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7"]
 SCHEMA_VERSION: SchemaVersion = "1.7"
 READABLE_VERSIONS: tuple[str, ...] = ("1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7")
-StepType = Literal["thought", "tool_call", "tool_result", "final", "parse_error", "submit_check", "attempt",
-                   "feedback", "initial_tests", "restart", "handoff"]
 ExitReason = Literal["submitted", "max_steps", "budget", "context", "error"]
 Mode = Literal["agent", "single_shot", "single_shot_chat", "reflect", "reflect_react"]
 Strategy = Literal["react", "reflect", "single_shot", "single_shot_chat", "reflect_react"]
@@ -62,78 +64,6 @@ def _omit_unset(**kw: Any) -> Any:
     f = Field(**kw) if "default_factory" in kw else Field(None, **kw)
     f.metadata.append(OMIT_UNSET)
     return f
-
-
-# -- steps ---------------------------------------------------------------------------------------
-
-def _doc(text: str) -> Any:
-    return Field(description=text)
-
-
-class StepTokens(TypedDict, total=False):
-    prompt: int
-    completion: int
-    cached: Annotated[int, _doc("Prompt tokens not computed: vLLM prefix cache, transformers KV reuse, an "
-                                "endpoint's cached_tokens (1.2).")]
-
-
-class ElidedMessage(TypedDict):
-    turn: int
-    role: Literal["assistant", "user"]
-    text: str
-
-
-class FileVersion(TypedDict, total=False):
-    __pydantic_config__ = ConfigDict(extra="allow")  # type: ignore[misc]
-    path: Required[str]
-    sha: Required[str]
-    changed: Annotated[bool, _doc("write_file: whether the write changed the file.")]
-    attempt: Annotated[int | None, _doc("write_file: the how-many-th version of this file that changed it.")]
-    repeat_of: Annotated[int | None, _doc("write_file: turn of an earlier write of this version that failed.")]
-
-
-class TestsResult(TypedDict, total=False):
-    __pydantic_config__ = ConfigDict(extra="allow")  # type: ignore[misc]
-    passed: Required[Any]
-    at: Required[Any]
-
-
-CheckResult = Literal["passed", "failed", "syntax", "signature", "no_code", "repeat", "write_error", "error"]
-
-
-class Step(TypedDict, total=False):
-    """One step of an episode, as the strategies record it (`EpisodeState._step`)."""
-
-    __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
-    i: Required[Annotated[int, Field(ge=0)]]
-    turn: Required[Annotated[int, Field(ge=0, description="Model turn this step belongs to (initial_tests "
-                                                          "and restart: the turn whose prompt showed it).")]]
-    type: Required[StepType]
-    text: Required[str]
-    raw: Annotated[str, _doc("Full model reply; on the first step of each turn.")]
-    tool: str | None
-    args: dict[str, Any] | None
-    call_id: Annotated[str | None, _doc("Links a tool_result to its tool_call.")]
-    repairs: list[str]
-    finish_reason: str
-    tokens: StepTokens | None
-    latency_s: float | None
-    endpoint: Annotated[str | None, _doc("The server that answered (openai backend).")]
-    embedding: list[float] | None
-    seed: Annotated[int | None, _doc("reflect attempt: the turn's sampling seed.")]
-    check: Annotated[CheckResult, _doc("reflect feedback: what the checks or the visible test run found.")]
-    output: Annotated[str, _doc("reflect feedback: the visible test run's output.")]
-    temperature: Annotated[float, _doc("The turn's sampling temperature (react: on its first step; reflect: on its "
-                                       "attempt step).")]
-    elided: Annotated[list[ElidedMessage], _doc("Messages this turn's prompt showed condensed for the first time "
-                                                "(history: condensed).")]
-    file: Annotated[FileVersion, _doc("read_file/write_file results: the file version shown or written.")]
-    tests: Annotated[TestsResult, _doc("run_tests results, submit checks and the initial test run.")]
-    stale: Annotated[bool, _doc("A write that changed nothing or repeated a failed version, told so.")]
-    note: Annotated[str, _doc("Text shown before a submit check's test output.")]
-    phase: Annotated[Literal["reflect", "react"], _doc("reflect_react: the strategy whose phase the step belongs to.")]
-    system_prompt: Annotated[str, _doc("handoff: the react phase's system prompt.")]
-    task_message: Annotated[str, _doc("handoff: the react phase's task message.")]
 
 
 # -- header --------------------------------------------------------------------------------------
@@ -283,17 +213,18 @@ class Trace(_Part):
     outcome: Outcome
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON object to write. Steps go out as the episode recorded them (plain JSON values already)."""
+        """The JSON object to write. Steps go out as the episode recorded them (`Step.dump`: the given fields)."""
         data = self.model_dump(exclude={"steps"})
-        return {name: (list(self.steps) if name == "steps" else data[name])
+        return {name: ([s.dump() for s in self.steps] if name == "steps" else data[name])
                 for name in type(self).model_fields if name == "steps" or name in data}
 
 
 # -- the loader's columns (trace.load_traces) -----------------------------------------------------
 
 class Column(NamedTuple):
-    """A column of the loader's frames: the field it reads (a dotted path into `Trace`, or into `Step` for
-    step columns; "" when the loader computes it) and its value when an older or partial trace lacks it."""
+    """A column of the loader's frames: the field it reads (a dotted path into `Trace`, or into a step's
+    fields, `STEP_FIELDS`, for step columns; "" when the loader computes it) and its value when an older or
+    partial trace lacks it."""
 
     field: str = ""
     default: Any = None
@@ -336,6 +267,14 @@ class _Schema(GenerateJsonSchema):
 
     def field_title_should_be_set(self, schema: Any) -> bool:
         return False
+
+    def tagged_union_schema(self, schema: Any) -> dict[str, Any]:
+        """A step's schema picked by its `type` (if/then), so that an error names the field at fault."""
+        found = super().tagged_union_schema(schema)
+        key, mapping = found["discriminator"]["propertyName"], found["discriminator"]["mapping"]
+        return {"type": "object", "required": [key], "properties": {key: {"enum": list(mapping)}},
+                "allOf": [{"if": {"required": [key], "properties": {key: {"const": tag}}}, "then": {"$ref": ref}}
+                          for tag, ref in mapping.items()]}
 
     def generate(self, schema: Any, mode: Any = "validation") -> dict[str, Any]:
         out = super().generate(schema, mode)

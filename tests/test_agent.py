@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,8 +56,13 @@ def episode(tmp_path: Path) -> Iterator[Callable[..., Episode]]:
         ws.cleanup()
 
 
+def recorded(ep: Episode) -> list[dict[str, Any]]:
+    """The episode's steps as the trace writes them."""
+    return [s.dump() for s in ep.steps]
+
+
 def results(ep: Episode) -> list[str]:
-    return [s["text"] for s in ep.steps if s["type"] == "tool_result"]
+    return [s["text"] for s in recorded(ep) if s["type"] == "tool_result"]
 
 
 def test_read_edit_test_submit(episode: Callable[..., Episode]) -> None:
@@ -68,8 +74,8 @@ def test_read_edit_test_submit(episode: Callable[..., Episode]) -> None:
         "THOUGHT: The tests pass.\nFINAL: add() now adds.",
     ])
     assert ep.exit_reason == "submitted" and ep.final == "add() now adds."
-    assert [s["type"] for s in ep.steps][:4] == ["initial_tests", "thought", "tool_call", "tool_result"]
-    assert ep.steps[0]["tests"] == {"passed": False, "at": "self.assertEqual(add(2, 3), 5)"}
+    assert [s["type"] for s in recorded(ep)][:4] == ["initial_tests", "thought", "tool_call", "tool_result"]
+    assert recorded(ep)[0]["tests"] == {"passed": False, "at": "self.assertEqual(add(2, 3), 5)"}
     read, failing, wrote, passing = results(ep)
     assert read == BUGGY
     assert failing.startswith("Failing test: test_add (test_calc.T.test_add)\n"
@@ -83,7 +89,7 @@ def test_read_edit_test_submit(episode: Callable[..., Episode]) -> None:
     assert ep.user_prompt.startswith(TASK.statement + "\n\nThe tests fail now at:\nself.assertEqual(add(2, 3), 5)")
     observations = [m["content"] for m in ep.messages[start + 1:] if m["role"] == "user"]
     assert ep.messages[1:start] == ep.demo and ep.demo[-1]["role"] == "assistant"
-    ends = [s for s in ep.steps if s["type"] == "tool_result"]
+    ends = [s for s in recorded(ep) if s["type"] == "tool_result"]
     assert [s.get("tests") for s in ends] == [None, {"passed": False, "at": "self.assertEqual(add(2, 3), 5)"},
                                               None, {"passed": True, "at": None}]
     reminders = [next_step(s["tool"], s.get("tests", {}).get("passed")) for s in ends]
@@ -101,7 +107,7 @@ def test_malformed_replies_are_parse_errors_and_the_episode_goes_on(episode: Cal
         call("read_file", "Now properly.", path="calc.py"),
         "THOUGHT: done\nFINAL: gave up",
     ])
-    errors = [s for s in ep.steps if s["type"] == "parse_error"]
+    errors = [s for s in recorded(ep) if s["type"] == "parse_error"]
     assert len(errors) == 3
     assert "no TOOL_CALL: and no FINAL:" in errors[0]["text"]
     assert "not closed" in errors[1]["text"]
@@ -136,7 +142,7 @@ def test_max_steps(episode: Callable[..., Episode]) -> None:
     replies = [call("list_dir"), call("git_diff"), call("read_file", path="calc.py"), "THOUGHT: x\nFINAL: x"]
     ep = episode(replies, max_steps=2)
     assert ep.exit_reason == "max_steps" and ep.turn == 2 and ep.final is None
-    assert [s["tool"] for s in ep.steps if s["type"] == "tool_call"] == ["list_dir", "git_diff"]
+    assert [s["tool"] for s in recorded(ep) if s["type"] == "tool_call"] == ["list_dir", "git_diff"]
 
 
 def test_final_after_a_call_is_dropped_and_the_call_runs(episode: Callable[..., Episode]) -> None:
@@ -150,7 +156,7 @@ def test_final_after_a_call_is_dropped_and_the_call_runs(episode: Callable[..., 
     assert FINAL_IGNORED in first and FINAL_IGNORED not in second
     assert ep.exit_reason == "submitted" and ep.turn == 3
     assert ep.ws.diff().count("+    return a + b") == 1
-    calls = [s for s in ep.steps if s["type"] == "tool_call"]
+    calls = [s for s in recorded(ep) if s["type"] == "tool_call"]
     assert calls[0]["repairs"] == ["final_after_call"] and calls[1]["repairs"] == ["content_block"]
 
 
@@ -201,7 +207,7 @@ def test_submit_check_refuses_a_final_while_the_tests_fail(episode: Callable[...
         "THOUGHT: Fixed.\nFINAL: add() now adds.",
     ], submit_checks=1)
     assert ep.exit_reason == "submitted" and ep.final == "add() now adds." and ep.turn == 3
-    [check] = [s for s in ep.steps if s["type"] == "submit_check"]
+    [check] = [s for s in recorded(ep) if s["type"] == "submit_check"]
     assert check["turn"] == 0 and "Tests FAILED" in check["text"]
     first_final = {"role": "assistant", "content": "THOUGHT: Looks fine.\nFINAL: nothing to do"}
     refusal = ep.messages[ep.messages.index(first_final) + 1]["content"]
@@ -213,14 +219,14 @@ def test_submit_check_gives_up_after_its_budget(episode: Callable[..., Episode])
     final = "THOUGHT: Looks fine.\nFINAL: nothing to do"
     ep = episode([final, final, final], submit_checks=1)
     assert ep.exit_reason == "submitted" and ep.turn == 2  # refused once, then accepted as it is
-    assert [s["type"] for s in ep.steps].count("submit_check") == 1
+    assert [s["type"] for s in recorded(ep)].count("submit_check") == 1
 
 
 def test_submit_check_accepts_a_final_when_the_tests_pass(episode: Callable[..., Episode]) -> None:
     ep = episode([call("write_file", "Use +.", path="calc.py", content=FIXED), "THOUGHT: Done.\nFINAL: fixed"],
                  submit_checks=1)
     assert ep.exit_reason == "submitted" and ep.turn == 2
-    assert not any(s["type"] == "submit_check" for s in ep.steps)
+    assert not any(s["type"] == "submit_check" for s in recorded(ep))
 
 
 DEEP = "python3 -c \"import os\nfor _ in range(25): os.mkdir('a' * 200); os.chdir('a' * 200)\""
@@ -255,7 +261,7 @@ def test_hostile_text_and_tool_faults_become_observations(episode: Callable[...,
     assert "agent-harness-ws" not in obs[7]
     for m in ep.messages:
         m["content"].encode("utf-8")  # what a tokenizer is given is valid text
-    write_json_atomic(tmp_path / "t.json", {"steps": ep.steps})  # the trace writer copes with surrogates
+    write_json_atomic(tmp_path / "t.json", {"steps": recorded(ep)})  # the trace writer copes with surrogates
     steps = json.loads((tmp_path / "t.json").read_text(encoding="utf-8"))["steps"]
     assert steps[2]["args"]["path"] == "calc\ufffd.py"
 
@@ -274,7 +280,7 @@ def test_folder_paths_and_lookalike_prose_are_not_facts(episode: Callable[..., E
         "THOUGHT: done\nFINAL: fixed",
     ])
     assert ep.exit_reason == "submitted"
-    ends = [s for s in ep.steps if s["type"] == "tool_result"]
+    ends = [s for s in recorded(ep) if s["type"] == "tool_result"]
     assert ends[1]["text"] == lookalike
     assert ends[1]["file"]["path"] == "notes.txt"  # a read of a file starting "ERROR:" is still a read
     assert ends[3]["text"].startswith("ERROR: folder is a folder") and "file" not in ends[3]

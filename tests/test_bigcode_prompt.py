@@ -173,7 +173,7 @@ def test_completions_are_post_processed_as_bigcode_does(task_id: str, label: str
         ep.advance(Completion(text, 10, 5, "stop", 0.0))
         program = ref_program(rows[task_id], label, text)
         [step] = ep.steps
-        assert (step["type"], step["text"], step["raw"]) == ("final", program, text)
+        assert (step.type, step.text, step.dump()["raw"]) == ("final", program, text)
         written = (ep.ws.root / task.metadata["module"]).read_bytes().decode()
         assert written == (IMPORT_LINES + "\n" + program).strip() + "\n", repr(text)  # bigcode strips it too
         assert ep.exit_reason == "submitted"

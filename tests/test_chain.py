@@ -14,6 +14,7 @@ import pytest
 
 from agent_harness.scenarios import TaskQuery
 from agent_harness.scenarios.humanevalfix import SCENARIO
+from agent_harness.steps import Handoff
 from agent_harness.strategies.chain import ReflectThenReact
 from agent_harness.strategies.react import AgentConfig, Episode
 from agent_harness.strategies.reflect import ReflectConfig
@@ -61,8 +62,8 @@ class Replies:
 def test_a_reflect_pass_ends_the_episode(chain: ReflectThenReact) -> None:
     chain.run(Replies(chain, reply(f"```python\n{FIXED}```")))
     assert chain.exit_reason == "submitted" and chain.phase == "reflect" and chain.turn == 1
-    assert [s["type"] for s in chain.steps] == ["attempt", "feedback"]
-    assert {s["phase"] for s in chain.steps} == {"reflect"} and SCENARIO.score(TASK, chain.ws, []).passed
+    assert [s.type for s in chain.steps] == ["attempt", "feedback"]
+    assert {s.phase for s in chain.steps} == {"reflect"} and SCENARIO.score(TASK, chain.ws, []).passed
 
 
 def test_after_failed_reflect_the_files_are_back_and_react_asks_what_it_asks_alone(chain: ReflectThenReact) -> None:
@@ -77,11 +78,12 @@ def test_after_failed_reflect_the_files_are_back_and_react_asks_what_it_asks_alo
     first_react, params, _, held = model.asked[2]
     assert held == original  # reflect's version is gone before react asks
 
-    handoff = next(s for s in chain.steps if s["type"] == "handoff")
-    assert handoff["turn"] == 2 and handoff["phase"] == "react"
-    assert "reflect ended (max_steps) after 2" in handoff["text"]
-    assert [s["type"] for s in chain.steps[handoff["i"]:handoff["i"] + 2]] == ["handoff", "initial_tests"]
-    assert [s["i"] for s in chain.steps] == list(range(len(chain.steps)))
+    handoff = next(s for s in chain.steps if isinstance(s, Handoff))
+    assert handoff.turn == 2 and handoff.phase == "react"
+    assert "reflect ended (max_steps) after 2" in handoff.text
+    assert [s.type for s in chain.steps[handoff.i:handoff.i + 2]] == ["handoff", "initial_tests"]
+    assert [s.i for s in chain.steps] == list(range(len(chain.steps)))
+    assert [s.phase for s in chain.steps] == ["reflect"] * handoff.i + ["react"] * (len(chain.steps) - handoff.i)
 
     ws = Workspace.create(TASK.files, test_cmd=TASK.test_cmd)  # the same task, react alone
     try:
@@ -89,11 +91,12 @@ def test_after_failed_reflect_the_files_are_back_and_react_asks_what_it_asks_alo
         alone.begin()
         assert first_react == alone.prompt()
         assert params == alone.gen_params()  # same turn-0 seed and temperature as react alone
-        assert handoff["system_prompt"] == alone.system_prompt and handoff["task_message"] == alone.user_prompt
+        assert handoff.system_prompt == alone.system_prompt and handoff.task_message == alone.user_prompt
     finally:
         ws.cleanup()
 
-    assert chain.turn == 4 and [s for s in chain.steps if s["type"] == "tool_result"][-1]["turn"] == 2
+    assert chain.turn == 4 and [s for s in chain.steps if s.type == "tool_result"][-1].turn == 2
+    assert [s.turn for s in chain.current.steps if s.type == "tool_result"] == [0]  # the phase's own turns
     assert SCENARIO.score(TASK, chain.ws, []).passed
     assert chain.prompt_tokens == 40 and chain.completion_tokens == 20  # both phases counted
 

@@ -51,7 +51,7 @@ class FaultyBackend(ScriptedBackend):
         if fault == "advance":
             c = _Unrecordable(**dataclasses.asdict(c))
         elif fault == "trace":
-            c = dataclasses.replace(c, latency_s=object())  # type: ignore[arg-type]  # not JSON
+            c = dataclasses.replace(c, latency_s=object())  # type: ignore[arg-type]  # no number, not JSON
         return c
 
 
@@ -101,7 +101,8 @@ def test_episode_faults_end_only_their_episode(tmp_path: Path, ws_dir: Path) -> 
     assert errors[jobs[0].task.id].startswith("starting the episode failed: ConfigError: task file '../outside.py'")
     assert on_disk[jobs[0].task.id]["outcome"]["passed"] is None
     assert errors[jobs[1].task.id].startswith("the agent step failed: RuntimeError: boom")
-    assert errors[jobs[2].task.id].startswith("writing the trace failed: TypeError:")
+    # A reply the trace cannot hold (a latency that is no number) is refused as its step is made (steps.py).
+    assert errors[jobs[2].task.id].startswith("the agent step failed: ValidationError: 1 validation error for Thought")
     assert errors[jobs[3].task.id].startswith("sending the prompt failed: RuntimeError: prompt refused")
     assert on_disk[jobs[3].task.id]["outcome"]["passed"] is None  # the backend failed, not the model
     ok = on_disk[jobs[4].task.id]

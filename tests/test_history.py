@@ -56,11 +56,16 @@ class Run:
     prompts: list[Conversation] = field(default_factory=list)
     params: list[GenParams] = field(default_factory=list)
 
+    @property
+    def steps(self) -> list[dict[str, Any]]:
+        """The episode's steps as the trace writes them."""
+        return [s.dump() for s in self.ep.steps]
+
     def results(self) -> list[str]:
-        return [s["text"] for s in self.ep.steps if s["type"] == "tool_result"]
+        return [s["text"] for s in self.steps if s["type"] == "tool_result"]
 
     def result_steps(self) -> list[dict[str, Any]]:
-        return [s for s in self.ep.steps if s["type"] == "tool_result"]
+        return [s for s in self.steps if s["type"] == "tool_result"]
 
     def trace(self) -> dict[str, Any]:
         """The parts of a trace that rebuild_prompt reads, through JSON as on disk."""
@@ -68,7 +73,7 @@ class Run:
         return json.loads(json.dumps({
             "prompt": {"system": ep.system_prompt, "task": ep.user_prompt, "demo": ep.demo},
             "agent": {"format_reminder": ep.config.format_reminder, "history": ep.config.history},
-            "steps": ep.steps}))
+            "steps": self.steps}))
 
 
 @pytest.fixture
@@ -121,7 +126,7 @@ def test_initial_test_run_is_a_step_the_first_stale_note_cites(episode: Callable
     """The test run before the first turn is recorded (turn 0, before the reply), so an unchanged write at
     the first turn is told where the tests fail; it is no model turn, and the prompts rebuild as sent."""
     run = episode([write(BUGGY), DONE])
-    first, reply = run.ep.steps[0], run.ep.steps[1]
+    first, reply = run.steps[0], run.steps[1]
     assert first["type"] == "initial_tests" and first["turn"] == 0 and first["tool"] == "run_tests"
     assert first["tests"] == {"passed": False, "at": CHECK} and "raw" not in first and "raw" in reply
     assert run.results()[0] == f"No change: the content is identical to the file; the tests still fail at {CHECK}."
@@ -165,7 +170,7 @@ def test_repeated_failed_version_names_its_turn_and_warms_the_sampling(episode: 
     assert writes[3]["text"].startswith("No change") and "stale" not in writes[4]
     temps = [p.temperature for p in run.params]
     assert temps == [0.0] * 5 + [0.3, 0.3, 0.5, 0.5, 0.0, 0.0]
-    assert [s["temperature"] for s in run.ep.steps if "raw" in s] == temps  # the trace shows each turn's
+    assert [s["temperature"] for s in run.steps if "raw" in s] == temps  # the trace shows each turn's
     # warmer sampling changes the temperature, never the seed: each turn's is request_seed(run seed, task, sample, turn)
     assert [p.seed for p in run.params] == [request_seed(7, run.ep.task.id, 0, t) for t in range(len(run.params))]
     assert run.ep.ws.changed_files() == ["calc.py"] and run.ep.exit_reason == "submitted"
@@ -231,7 +236,7 @@ def test_condensed_history_elides_exactly_the_stale_steps(episode: Callable[...,
                                            f"[test run of attempt 1 of calc.py: failed at {CHECK}]")
     assert after[first + 8]["content"] == write(FIXED, "Use +.")  # the latest version stays whole
     assert run.prompts[6][:len(after)] == after
-    elided = {s["turn"]: s["elided"] for s in run.ep.steps if "elided" in s}
+    elided = {s["turn"]: s["elided"] for s in run.steps if "elided" in s}
     assert {t: sorted((e["turn"], e["role"]) for e in es) for t, es in elided.items()} == {
         3: [(0, "user"), (1, "user")], 5: [(2, "assistant"), (2, "user"), (3, "user")]}
     assert run.ep.exit_reason == "submitted" and run.ep.ws.changed_files() == ["calc.py"]
@@ -253,7 +258,7 @@ def test_an_unchanged_write_stays_whole_until_the_file_changes(episode: Callable
 def test_rebuilt_prompts_equal_the_sent_ones(episode: Callable[..., Run], history: str) -> None:
     replies = [*READ_FIX[:4], "not a reply", write(BUGGY), DONE, write(TIMES), write(FIXED), DONE]
     run = episode(replies, history=history, submit_checks=1)
-    assert [s["type"] for s in run.ep.steps].count("submit_check") == 1
+    assert [s["type"] for s in run.steps].count("submit_check") == 1
     assert "You tried this exact version at turn 3" in run.results()[5]
     assert run.ep.exit_reason == "submitted" and run.ep.turn == len(replies)
     trace = run.trace()
@@ -266,7 +271,7 @@ def test_full_history_is_the_plain_conversation(episode: Callable[..., Run]) -> 
         assert after[:len(before)] == before and len(after) == len(before) + 2
     replies = [m["content"] for m in run.prompts[-1][run.ep.first_turn:] if m["role"] == "assistant"]
     assert replies == READ_FIX[:6]
-    assert not any("elided" in s for s in run.ep.steps)
+    assert not any("elided" in s for s in run.steps)
     condensed = episode(READ_FIX, history="condensed")
     assert condensed.prompts[:3] == run.prompts[:3]  # the same until a file changes
 
@@ -288,9 +293,9 @@ def test_restart_after_stale_writes_begins_again_from_the_task(episode: Callable
         call("run_tests"),  # 6: passes
         DONE,  # 7
     ], seed=3, restart_after=2)
-    restart = next(s for s in run.ep.steps if s["type"] == "restart")
+    restart = next(s for s in run.steps if s["type"] == "restart")
     assert restart["turn"] == 4 and restart["text"].startswith("2 stale writes in a row")
-    after = run.ep.steps[restart["i"] + 1]
+    after = run.steps[restart["i"] + 1]
     assert after["type"] == "initial_tests" and after["turn"] == 4 and after["tests"] == {"passed": False, "at": CHECK}
     assert run.prompts[4] == run.prompts[0]  # the conversation began again
     assert run.prompts[5][:len(run.prompts[0])] == run.prompts[0] and len(run.prompts[5]) == len(run.prompts[0]) + 2
@@ -298,7 +303,7 @@ def test_restart_after_stale_writes_begins_again_from_the_task(episode: Callable
     assert writes[3]["file"]["changed"] is True  # the file was BUGGY again
     assert writes[3]["text"].endswith(f"You tried this exact version at turn 1; it failed at {CHECK}.")
     assert [p.temperature for p in run.params][3:7] == [0.3, 0.7, 0.7, 0.0]  # warm across the restart
-    assert sum(s["type"] == "restart" for s in run.ep.steps) == 1 and run.ep.exit_reason == "submitted"
+    assert sum(s["type"] == "restart" for s in run.steps) == 1 and run.ep.exit_reason == "submitted"
     assert [rebuild_prompt(run.trace(), t) for t in range(len(run.prompts))] == run.prompts
 
 
@@ -306,10 +311,10 @@ def test_restart_puts_back_a_file_swapped_for_a_link(episode: Callable[..., Run]
     run = episode([call("run_cmd", cmd="rm calc.py test_calc.py && ln -s /etc/hostname calc.py"),
                    write(BUGGY), DONE], restart_after=1)
     # The write went to the link, which leads outside: refused, no version recorded, so no restart yet.
-    assert not any(s["type"] == "restart" for s in run.ep.steps)
+    assert not any(s["type"] == "restart" for s in run.steps)
     swap = "rm test_calc.py && ln -s /etc/hostname test_calc.py && mv calc.py o.py && ln -s o.py calc.py"
     run = episode([write(FIRST), call("run_cmd", cmd=swap), write(FIRST), DONE], restart_after=1)
-    [restart] = [s for s in run.ep.steps if s["type"] == "restart"]  # the write through the link changed nothing
+    [restart] = [s for s in run.steps if s["type"] == "restart"]  # the write through the link changed nothing
     assert restart["turn"] == 3 and "Not restored" not in restart["text"]
     root = run.ep.ws.root
     assert not (root / "calc.py").is_symlink() and (root / "calc.py").read_text() == BUGGY
@@ -319,16 +324,16 @@ def test_restart_puts_back_a_file_swapped_for_a_link(episode: Callable[..., Run]
 
 def test_no_restart_while_the_tests_pass_or_when_off(episode: Callable[..., Run]) -> None:
     run = episode([write(FIXED), call("run_tests"), write(FIXED), write(FIXED), DONE], restart_after=1)
-    assert not any(s["type"] == "restart" for s in run.ep.steps)
+    assert not any(s["type"] == "restart" for s in run.steps)
     run = episode([write(BUGGY)] * 3 + [DONE])
-    assert not any(s["type"] == "restart" for s in run.ep.steps)
+    assert not any(s["type"] == "restart" for s in run.steps)
 
 
 def test_condensed_history_restarts_and_rebuilds(episode: Callable[..., Run]) -> None:
     replies = [*READ_FIX[:4], write(TIMES), write(TIMES), call("read_file", path="calc.py"), write(FIXED),
                call("run_tests"), DONE]
     run = episode(replies, history="condensed", restart_after=2)
-    [restart] = [s for s in run.ep.steps if s["type"] == "restart"]
+    [restart] = [s for s in run.steps if s["type"] == "restart"]
     assert restart["turn"] == 6 and run.prompts[6] == run.prompts[0]
     assert run.ep.exit_reason == "submitted"
     assert [rebuild_prompt(run.trace(), t) for t in range(len(run.prompts))] == run.prompts

@@ -18,6 +18,7 @@ from agent_harness.scenarios import TaskQuery
 from agent_harness.scenarios.bogus import SCENARIO as BOGUS
 from agent_harness.scenarios.humanevalfix import SCENARIO
 from agent_harness.strategies.reflect import Reflectable, ReflectConfig, ReflectEpisode
+from agent_harness.steps import Feedback
 from agent_harness.trace import validate_trace
 from agent_harness.types import Completion, GenParams, Task, request_seed
 from agent_harness.workspace import Workspace
@@ -124,14 +125,14 @@ def test_reflectable_scenarios() -> None:
 
 def test_fix_passes_at_once(episode: ReflectEpisode) -> None:
     steps = episode.advance(reply(FIX))
-    assert [s["type"] for s in steps] == ["attempt", "feedback"]
-    assert steps[1]["check"] == "passed" and steps[1]["output"].startswith("Tests PASSED")
+    assert [s.type for s in steps] == ["attempt", "feedback"]
+    assert steps[1].dump()["check"] == "passed" and steps[1].dump()["output"].startswith("Tests PASSED")
     assert episode.done and episode.exit_reason == "submitted" and hidden_pass(episode)
 
 
 def test_feedback_is_the_last_code_and_the_failing_check(episode: ReflectEpisode) -> None:
     episode.advance(reply(WRONG))
-    assert episode.steps[-1]["check"] == "failed"
+    assert episode.steps[-1].check == "failed"
     episode.advance(reply("```python\ndef truncate_number(number: float) -> float:\n    return 0.0\n```"))
     prompt = episode.prompt()
     assert [m["role"] for m in prompt] == ["system", "user", "assistant", "user"]
@@ -145,13 +146,13 @@ def test_feedback_is_the_last_code_and_the_failing_check(episode: ReflectEpisode
 def test_syntax_error_and_signature_are_not_tested(episode: ReflectEpisode) -> None:
     before = module(episode)
     episode.advance(reply("```python\ndef truncate_number(number: float) -> float:\n    return (number\n```"))
-    assert episode.steps[-1]["check"] == "syntax" and "output" not in episode.steps[-1]
-    assert "SyntaxError" in episode.steps[-1]["text"]
+    assert episode.steps[-1].check == "syntax" and "output" not in episode.steps[-1].dump()
+    assert "SyntaxError" in episode.steps[-1].text
     episode.advance(reply("```python\ndef truncate_number(x, y):\n    return x % 1.0\n```"))
-    assert episode.steps[-1]["check"] == "signature" and "must keep its parameters (number)" in \
-        episode.steps[-1]["text"]
+    assert episode.steps[-1].check == "signature" and "must keep its parameters (number)" in \
+        episode.steps[-1].text
     episode.advance(reply("```python\ndef truncate(number):\n    return number % 1.0\n```"))
-    assert episode.steps[-1]["check"] == "signature" and "does not define the function" in episode.steps[-1]["text"]
+    assert episode.steps[-1].check == "signature" and "does not define the function" in episode.steps[-1].text
     assert module(episode) == before  # nothing untestable was written
     episode.advance(reply(FIX))
     assert episode.exit_reason == "submitted" and episode.turn == 4
@@ -159,17 +160,18 @@ def test_syntax_error_and_signature_are_not_tested(episode: ReflectEpisode) -> N
 
 def test_same_code_twice_gets_a_different_approach_note(episode: ReflectEpisode) -> None:
     episode.advance(reply(WRONG))
-    runs = sum("output" in s for s in episode.steps)
+    runs = sum("output" in s.dump() for s in episode.steps)
     episode.advance(reply(WRONG.replace("return number", "return number  ")))  # trailing blanks do not count
     note = episode.steps[-1]
-    assert note["check"] == "repeat" and "attempt 1" in note["text"] and "Try a different approach" in note["text"]
-    assert "assert" in note["text"] and sum("output" in s for s in episode.steps) == runs  # no second test run
+    assert isinstance(note, Feedback) and note.check == "repeat" and "attempt 1" in note.text
+    assert "Try a different approach" in note.text
+    assert "assert" in note.text and sum("output" in s.dump() for s in episode.steps) == runs  # no second test run
     assert "Try a different approach" in episode.prompt()[-1]["content"]
 
 
 def test_unchanged_original_is_named(episode: ReflectEpisode) -> None:
     episode.advance(reply(f"```python\n{TASK.files['truncate_number.py']}\n```"))
-    assert episode.steps[-1]["check"] == "failed" and "original code, unchanged" in episode.steps[-1]["text"]
+    assert episode.steps[-1].check == "failed" and "original code, unchanged" in episode.steps[-1].text
 
 
 def test_iters_bound_the_episode(episode: ReflectEpisode) -> None:
@@ -191,10 +193,10 @@ def truncate_number(number: float) -> float:
 
 def test_code_that_rewrites_tests_and_links_its_module_forges_nothing(episode: ReflectEpisode) -> None:
     episode.advance(reply(HOSTILE))  # fails its own run, then leaves a stub test and a symlinked module
-    assert episode.steps[-1]["check"] == "failed"
+    assert episode.steps[-1].check == "failed"
     assert (Path(episode.ws.root) / "truncate_number.py").is_symlink()
     episode.advance(reply(WRONG))  # a wrong fix must still fail: the tests are restored, the link replaced
-    assert episode.steps[-1]["check"] == "failed"
+    assert episode.steps[-1].check == "failed"
     assert not (Path(episode.ws.root) / "truncate_number.py").is_symlink()
     assert "return number\n" in module(episode)
     assert (Path(episode.ws.root) / "test_truncate_number.py").read_text() == TASK.files["test_truncate_number.py"]
@@ -227,8 +229,8 @@ def test_a_multiline_assert_is_shown_whole() -> None:
         ep = ReflectEpisode(task, ws, GenParams(), SCENARIO)
         ep.advance(reply("```python\nfrom typing import List\n\n\n"
                          "def separate_paren_groups(paren_string: str) -> List[str]:\n    return []\n```"))
-        text = ep.steps[-1]["text"]
-        assert ep.steps[-1]["check"] == "failed"
+        text = ep.steps[-1].text
+        assert ep.steps[-1].check == "failed"
         assert "'(()())', '((()))', '()', '((())()())'\n    ]" in text and "line 7" in text
     finally:
         ws.cleanup()

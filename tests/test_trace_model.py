@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 
 from agent_harness.trace import SCHEMA_PATH, validate_trace
-from agent_harness.trace_model import Outcome, Trace, schema_text
+from agent_harness.trace_model import STEP_FIELDS, Outcome, Trace, schema_text
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = sorted((Path(__file__).parent / "data" / "golden_traces").rglob("run_*.json"))
+OLD = sorted((Path(__file__).parent / "data" / "old_traces").rglob("run_*.json"))
 
 
 def _unmask(obj: Any, key: str = "") -> Any:
@@ -40,11 +41,15 @@ def test_the_generator_entry_point_prints_the_schema() -> None:
     assert r.stdout == schema_text() and json.loads(r.stdout)["title"] == "agent-harness episode trace"
 
 
-@pytest.mark.parametrize("path", GOLDEN, ids=lambda p: "/".join(p.parts[-5:]))
+@pytest.mark.parametrize("path", GOLDEN + OLD, ids=lambda p: "/".join(p.parts[-6:]))
 def test_written_traces_round_trip_through_the_model(path: Path) -> None:
+    """Stored traces (golden, and older commits' as written) validate, and load into the typed steps and out
+    again unchanged: the same keys, in the same order, with the same values."""
     data = _unmask(json.loads(path.read_text()))
     assert validate_trace(data) == []
-    assert json.dumps(Trace.model_validate(data).to_json(), sort_keys=True) == json.dumps(data, sort_keys=True)
+    ordered = path in OLD  # golden copies are stored with sorted keys; the old ones as they were written
+    assert json.dumps(Trace.model_validate(data).to_json(), sort_keys=not ordered) == \
+        json.dumps(data, sort_keys=not ordered)
 
 
 def test_golden_traces_cover_every_strategy() -> None:
@@ -74,7 +79,7 @@ def test_unknown_keys_and_bad_values_break_the_schema() -> None:
     data = _unmask(json.loads(path.read_text()))
     assert validate_trace({**data, "surprise": 1}) != []
     data["steps"][0]["surprise"] = 1
-    assert any(e.startswith("steps/0") for e in validate_trace(data))
+    assert any(e.startswith("steps/0: Additional properties") and "'surprise'" in e for e in validate_trace(data))
     data["steps"][0].pop("surprise")
     data["outcome"]["exit_reason"] = "bored"
     assert any(e.startswith("outcome/exit_reason") for e in validate_trace(data))
@@ -90,12 +95,14 @@ def test_scoring_fields_are_written_only_once_set() -> None:
 
 
 def _has_field(model: Any, path: str) -> bool:
-    """Whether the dotted `path` names a field of a pydantic model or TypedDict (through optional parts)."""
+    """Whether the dotted `path` names a field of a pydantic model or TypedDict (through optional parts); a
+    path into a step names a field of some step type (`STEP_FIELDS`)."""
     import types
     import typing
 
     for key in path.split("."):
-        hints = typing.get_type_hints(model, include_extras=False)
+        hints = {k: t for k, (t, _) in STEP_FIELDS.items()} if model is STEP_FIELDS else \
+            typing.get_type_hints(model, include_extras=False)
         if key not in hints:
             return False
         model = hints[key]
@@ -106,7 +113,7 @@ def _has_field(model: Any, path: str) -> bool:
 
 def test_loader_columns_read_fields_of_the_model() -> None:
     from agent_harness.trace import RUN_COLUMNS, STEP_COLUMNS
-    from agent_harness.trace_model import LOADER_REQUIRED, STEP_KEYS, Step
+    from agent_harness.trace_model import LOADER_REQUIRED, STEP_KEYS
     from agent_harness.trace_model import RUN_COLUMNS as RUN_SPEC
     from agent_harness.trace_model import STEP_COLUMNS as STEP_SPEC
 
@@ -114,18 +121,17 @@ def test_loader_columns_read_fields_of_the_model() -> None:
     for name, col in RUN_SPEC.items():
         assert not col.field or _has_field(Trace, col.field), name
     for name, col in STEP_SPEC.items():
-        assert not col.field or _has_field(Step, col.field), name
-    assert all(_has_field(Trace, f) or _has_field(Step, f) for f in LOADER_REQUIRED)
-    assert not _has_field(Trace, "outcome.nonsense")
+        assert not col.field or _has_field(STEP_FIELDS, col.field), name
+    assert all(_has_field(Trace, f) or _has_field(STEP_FIELDS, f) for f in LOADER_REQUIRED)
+    assert not _has_field(Trace, "outcome.nonsense") and not _has_field(STEP_FIELDS, "tokens.nonsense")
 
 
 def test_export_leaves_only_named_model_fields_untyped() -> None:
     from agent_harness import export
-    from agent_harness.trace_model import Step
 
     assert set(export.UNTYPED_HEADER) <= set(Trace.model_fields)
     assert set(export.UNTYPED_OUTCOME) <= set(Outcome.model_fields)
-    assert set(export.UNTYPED_STEP) <= set(Step.__annotations__)
+    assert set(export.UNTYPED_STEP) <= set(STEP_FIELDS)
     row = export.step_row({"i": 0, "turn": 0, "type": "thought", "text": "x", "seed": 3})
     assert json.loads(row["extra"]) == {"seed": 3} and row["text"] == "x"
 
@@ -163,3 +169,48 @@ def test_embeddings_go_to_the_trace_not_into_the_episodes_steps(tmp_path: Path) 
         data = json.loads(j.path.read_text())
         assert data["embeddings"] == {"model": "lengths", "dim": 2} and validate_trace(data) == []
         assert [s["embedding"] for s in data["steps"]] == [[float(len(s["text"])), 1.0] for s in data["steps"]]
+
+
+def test_each_step_type_takes_only_its_own_fields() -> None:
+    """One model per step type: a field of another type is refused (schema and model), and the error names
+    the step and the field rather than the whole union."""
+    from pydantic import ValidationError
+
+    from agent_harness.steps import STEP_MODELS, parse_steps
+
+    path = next(p for p in GOLDEN if "/react/oracle/" in p.as_posix())
+    data = _unmask(json.loads(path.read_text()))
+    n = next(i for i, s in enumerate(data["steps"]) if s["type"] == "tool_result")
+    data["steps"][n]["raw"] = "a reply's text on a tool result"
+    [error] = validate_trace(data)
+    assert error.startswith(f"steps/{n}: Additional properties are not allowed ('raw' was unexpected)")
+    with pytest.raises(ValidationError, match="tool_result.raw"):
+        parse_steps(data["steps"])
+    data["steps"][n].pop("raw")
+    data["steps"][n]["type"] = "tool_call"  # a tool_call carries no file version
+    assert any("'file' was unexpected" in e for e in validate_trace(data))
+    data["steps"][n]["type"] = "bored"
+    assert any(e.startswith(f"steps/{n}/type: 'bored' is not one of") for e in validate_trace(data))
+    del data["steps"][n]["type"]
+    assert validate_trace(data) == [f"steps/{n}: 'type' is a required property"]
+    schema = json.loads(schema_text())
+    for model in STEP_MODELS:  # the schema is the models': exactly their fields, `type` always required
+        sub = schema["$defs"][model.__name__]
+        assert list(sub["properties"]) == list(model.model_fields), model
+        assert sub["required"] == ["i", "turn", "type", "text"] and sub["additionalProperties"] is False
+
+
+def test_a_step_writes_what_it_was_given() -> None:
+    """Unset fields stay out of the trace; a field that cannot be null is left out when given None (a test
+    run that did not run), one that can is written as null (feedback without a test run has tool null)."""
+    from agent_harness.steps import Feedback, ToolResult
+
+    result = ToolResult(i=3, turn=1, text="Wrote a.py", tool="write_file", call_id="call_1", latency_s=0.5,
+                        file={"path": "a.py", "sha": "0" * 12}, tests=None, stale=None)
+    assert result.dump() == {"i": 3, "turn": 1, "type": "tool_result", "text": "Wrote a.py", "tool": "write_file",
+                             "call_id": "call_1", "latency_s": 0.5, "file": {"path": "a.py", "sha": "0" * 12}}
+    feedback = Feedback(i=0, turn=0, text="Your reply has no code.", check="no_code", tool=None, output=None)
+    assert feedback.dump() == {"i": 0, "turn": 0, "type": "feedback", "text": "Your reply has no code.",
+                               "check": "no_code", "tool": None}
+    copied = feedback.model_copy(update={"i": 5, "turn": 2, "phase": "reflect", "embedding": [0.5]})
+    assert list(copied.dump())[-2:] == ["phase", "embedding"] and "phase" not in feedback.dump()

@@ -12,9 +12,10 @@ the standard one, `agent.demo` in the header says whether it was shown).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from ..episode import Ask, EpisodeState
+from ..steps import Handoff, Phase
 from ..tools import restore_files
 from ..types import Completion, Conversation, GenParams, RequestMeta, Task
 from ..workspace import Workspace
@@ -23,8 +24,6 @@ from .reflect import Reflectable, ReflectConfig, ReflectEpisode
 
 if TYPE_CHECKING:
     from ..trace_model import Trace
-
-Phase = Literal["reflect", "react"]
 
 
 @dataclass
@@ -77,7 +76,8 @@ class ReflectThenReact(EpisodeState):
     def _sync(self) -> None:
         """Copy the current phase's new steps into the chain's record, with the chain's turn and the phase."""
         for s in self.current.steps[self._copied:]:
-            self.steps.append({**s, "i": len(self.steps), "turn": s["turn"] + self._offset, "phase": self.phase})
+            self.steps.append(s.model_copy(update={"i": len(self.steps), "turn": s.turn + self._offset,
+                                                   "phase": self.phase}))
         self._copied = len(self.current.steps)
         self.turn = self._offset + self.current.turn
 
@@ -91,6 +91,6 @@ class ReflectThenReact(EpisodeState):
         react.begin()
         note = (f"reflect ended ({ended}) after {attempts} attempt(s): the files are put back as given and the "
                 "tool agent starts.")
-        self._step("handoff", note + (f" Not restored: {'; '.join(lost)}." if lost else ""), phase="react",
-                   system_prompt=react.system_prompt, task_message=react.user_prompt)
+        self._add(Handoff(**self._at(), text=note + (f" Not restored: {'; '.join(lost)}." if lost else ""),
+                          phase="react", system_prompt=react.system_prompt, task_message=react.user_prompt))
         self._sync()

@@ -24,7 +24,22 @@ from ..protocol import (
     parse_reply,
     render_system_prompt,
 )
-from ..tools import ToolResult, restore_files, run_tool, tools_for
+from ..steps import (
+    ElidedMessage,
+    Final,
+    InitialTests,
+    Opening,
+    ParseError,
+    Restart,
+    Step,
+    SubmitCheck,
+    Thought,
+    ToolCall,
+    ToolResult,
+    reply_record,
+)
+from ..tools import ToolResult as ToolOutput
+from ..tools import restore_files, run_tool, tools_for
 from ..types import Backend, Completion, Conversation, GenParams, RequestMeta, Task, request_seed
 from ..workspace import Workspace
 from .config import AgentConfig
@@ -50,12 +65,13 @@ class Episode(EpisodeState):
     config: AgentConfig = field(default_factory=AgentConfig)
     temperature_schedule: list[float] | None = None
     sample: int = 0  # with params.seed (the run seed) and the turn, derives each request's seed
-    messages: Conversation = field(default_factory=list)
+    head: Conversation = field(default_factory=list)  # system prompt, demo and task message: made by begin()
+    exchanges: list[history.Exchange] = field(default_factory=list)  # the turns since the conversation began
     _last_call: str | None = None
     _replies: list[str] = field(default_factory=list)
     _refused: int = 0
-    _elided: dict[tuple[int, str], str] = field(default_factory=dict)
-    _since: int = 0  # the turn the conversation began at (later than 0 after a restart)
+    _elided: history.Elisions = field(default_factory=dict)
+    _began: int = 0  # position of the step the conversation began again at (its last restart; 0: none)
 
     def __post_init__(self) -> None:
         self.tools = {t.name: t for t in tools_for(self.ws)}
@@ -63,7 +79,6 @@ class Episode(EpisodeState):
                                                   examples=not self.config.demo)
         self.demo = list(demo_messages(tuple(self.tools), self.config.format_reminder)) if self.config.demo else []
         self.user_prompt = ""  # the task message, made by begin()
-        self.first_turn = 0  # index of the first reply's message
         stops = tuple(dict.fromkeys((*self.params.stop, *STOP_STRINGS)))
         self.params = GenParams(**{**asdict(self.params), "stop": stops})
 
@@ -74,15 +89,24 @@ class Episode(EpisodeState):
             reply = ask(self.prompt(), self.gen_params(), RequestMeta(self.task, "react", self.turn))
             self.advance(reply)
 
+    @property
+    def messages(self) -> Conversation:
+        """The whole conversation, nothing condensed."""
+        return history.conversation(self.head, self.exchanges)
+
+    @property
+    def first_turn(self) -> int:
+        """The position of the first reply's message."""
+        return len(self.head)
+
     def begin(self) -> None:
         """The conversation up to the first reply: system prompt, demo and the task message (the visible
         tests run first when initial_tests is on). Once: a chain begins the phase before it runs."""
-        if self.messages:
+        if self.head:
             return
         self.user_prompt = self._task_message()
-        self.messages = [{"role": "system", "content": self.system_prompt}, *self.demo,
-                         {"role": "user", "content": self.user_prompt}]
-        self.first_turn = len(self.messages)
+        self.head = [{"role": "system", "content": self.system_prompt}, *self.demo,
+                     {"role": "user", "content": self.user_prompt}]
 
     def _task_message(self) -> str:
         """The statement, then what the helpers add: the file to fix as it is (initial_files), where the
@@ -99,21 +123,20 @@ class Episode(EpisodeState):
             text += initial_fix_note(shown)
         return text
 
-    def _initial_tests(self) -> ToolResult:
+    def _initial_tests(self) -> ToolOutput:
         """Run the visible tests before a turn and record it, so a stale write's note can say where they fail."""
         result = self._execute("run_tests", {})
-        status = history.test_record(result)
-        self._step("initial_tests", result.text, tool="run_tests", **({"tests": status} if status else {}))
+        self._add(InitialTests(**self._at(), text=result.text, tool="run_tests", tests=history.test_record(result)))
         return result
 
-    def _recent(self) -> list[dict[str, Any]]:
+    def _recent(self) -> list[Step]:
         """The steps of the conversation the model sees now (all of them unless it restarted)."""
-        return [s for s in self.steps if s["turn"] >= self._since] if self._since else self.steps
+        return self.steps[self._began:]
 
     def prompt(self) -> Conversation:
         if self.config.history == "full":
-            return list(self.messages)
-        return history.condense(self.messages, self.first_turn, history.elisions(self._recent()), self._since)
+            return self.messages
+        return history.conversation(self.head, self.exchanges, history.elisions(self._recent()))
 
     def gen_params(self) -> GenParams:
         temp = self.params.temperature
@@ -129,15 +152,17 @@ class Episode(EpisodeState):
                                                                      self.turn)
         return GenParams(**{**asdict(self.params), "temperature": temp, "seed": seed})
 
-    def advance(self, c: Completion) -> list[dict[str, Any]]:
+    def advance(self, c: Completion) -> list[Step]:
         """Consume one model reply: parse it, run its tool, append the observation."""
         first = len(self.steps)
         self._count(c)
-        meta = {"raw": c.text, "finish_reason": c.finish_reason, "latency_s": c.latency_s,
-                "tokens": c.token_counts(), "temperature": self.gen_params().temperature, **self._new_elisions()}
+        opening: Opening = {**reply_record(c), "temperature": self.gen_params().temperature}
+        elided = self._new_elisions()
+        if elided:
+            opening["elided"] = elided
         if c.endpoint is not None:
-            meta["endpoint"] = c.endpoint
-        self.messages.append({"role": "assistant", "content": c.text})
+            opening["endpoint"] = c.endpoint
+        self.exchanges.append(history.Exchange(self.turn, c.text))
         self._replies.append(c.text)
         try:
             if c.finish_reason == "length" and c.completion_tokens == 0:
@@ -148,23 +173,23 @@ class Episode(EpisodeState):
                 if c.finish_reason == "length":  # the likeliest cause, and the one the model can act on
                     e = FormatError(f"Your reply was cut off at the limit of {self.params.max_tokens} tokens. "
                                     f"Write less: no tests or examples in files. {e}")
-                self._respond(self._step("parse_error", str(e), **meta))
+                self._respond(self._add(ParseError(**self._at(), text=str(e), **opening)))
             else:
                 if reply.thought:
-                    self._step("thought", reply.thought, **meta)
-                    meta = {}
+                    self._add(Thought(**self._at(), text=reply.thought, **opening))
+                    opening = {}
                 if reply.final is not None:
-                    self._step("final", reply.final, repairs=reply.repairs, **meta)
+                    self._add(Final(**self._at(), text=reply.final, repairs=reply.repairs, **opening))
                     self._review_final(reply.final)
                 else:
-                    self._call(reply, meta)
+                    self._call(reply, opening)
         except Submitted as s:
             self.final, self.exit_reason = str(s), "submitted"
         except LimitsExceeded as e:
             self.exit_reason = e.reason
         return self._end_turn(first)
 
-    def _end_turn(self, first: int) -> list[dict[str, Any]]:
+    def _end_turn(self, first: int) -> list[Step]:
         self.turn += 1  # every model reply is a turn, the submitting one included
         if not self.done:
             try:
@@ -179,27 +204,25 @@ class Episode(EpisodeState):
     def _restart(self, stale: int) -> None:
         """Begin the conversation again from the task message, with the task's files as given: the
         model copies its own stale writes from its context, temperature alone did not stop it."""
-        self._since, self._last_call, self._elided = self.turn, None, {}
+        self._began, self._last_call, self._elided, self.exchanges = len(self.steps), None, {}, []
         lost = restore_files(self.ws, self.task.files)
         note = f"{stale} stale writes in a row: the conversation begins again from the task, the files as given."
-        self._step("restart", note + (f" Not restored: {'; '.join(lost)}." if lost else ""))
-        self.messages = self.messages[:self.first_turn]
+        self._add(Restart(**self._at(), text=note + (f" Not restored: {'; '.join(lost)}." if lost else "")))
         if self.config.initial_tests and "run_tests" in self.tools:
             self._initial_tests()
 
-    def _call(self, reply: ParsedReply, meta: dict[str, Any]) -> None:
+    def _call(self, reply: ParsedReply, opening: Opening) -> None:
         call_id = f"call_{self.turn}"
-        self._step("tool_call", json.dumps({"tool": reply.tool, "args": reply.args}),
-                   tool=reply.tool, args=reply.args, call_id=call_id, repairs=reply.repairs, **meta)
+        self._add(ToolCall(**self._at(), text=json.dumps({"tool": reply.tool, "args": reply.args}), tool=reply.tool,
+                           args=reply.args, call_id=call_id, repairs=reply.repairs, **opening))
         t0 = time.monotonic()
         args = reply.args or {}
         result = self._run_tool(reply.tool or "", args)
-        obs, facts = history.tool_facts(self.ws, self.steps, reply.tool, args, result,
-                                        notes=self.config.stale_notes)
-        if "final_after_call" in reply.repairs:
-            obs += f"\n\n{FINAL_IGNORED}"
-        self._respond(self._step("tool_result", obs, tool=reply.tool, call_id=call_id,
-                                 latency_s=time.monotonic() - t0, **facts))
+        facts = history.tool_facts(self.ws, self.steps, reply.tool, args, result, notes=self.config.stale_notes)
+        obs = facts.text + (f"\n\n{FINAL_IGNORED}" if "final_after_call" in reply.repairs else "")
+        self._respond(self._add(ToolResult(**self._at(), text=obs, tool=reply.tool, call_id=call_id,
+                                           latency_s=time.monotonic() - t0, file=facts.file, tests=facts.tests,
+                                           stale=facts.stale)))
 
     def _review_final(self, final: str) -> None:
         """Accept the FINAL, or refuse it (up to `submit_checks` times) while the visible tests fail:
@@ -211,41 +234,40 @@ class Episode(EpisodeState):
             raise Submitted(final)
         self._refused += 1
         note = f"{FINAL_REFUSED} {NOTHING_CHANGED if not self.ws.changed_files() else ''}".rstrip()
-        status = history.test_record(result)
-        self._respond(self._step("submit_check", result.text, tool="run_tests", note=note,
-                                 **({"tests": status} if status else {})))
+        self._respond(self._add(SubmitCheck(**self._at(), text=result.text, tool="run_tests", note=note,
+                                            tests=history.test_record(result))))
 
-    def _respond(self, step: dict[str, Any]) -> None:
-        """The step that ends a turn, as the next user message (history.user_message)."""
-        self.messages.append(history.user_message(step, self.config.format_reminder))
+    def _respond(self, step: history.Answer) -> None:
+        """The step that ends a turn, as the user message that answers its reply (history.user_message)."""
+        self.exchanges[-1].answer = history.user_message(step, self.config.format_reminder)
 
-    def _new_elisions(self) -> dict[str, Any]:
+    def _new_elisions(self) -> list[ElidedMessage]:
         """The messages this turn's prompt shows condensed for the first time, for the trace."""
         if self.config.history == "full":
-            return {}
+            return []
         now = history.elisions(self._recent())
-        new = [{"turn": t, "role": r, "text": text} for (t, r), text in now.items()
-               if self._elided.get((t, r)) != text]
+        new: list[ElidedMessage] = [{"turn": t, "role": r, "text": text} for (t, r), text in now.items()
+                                    if self._elided.get((t, r)) != text]
         self._elided = now
-        return {"elided": new} if new else {}
+        return new
 
-    def _run_tool(self, tool: str, args: dict[str, Any]) -> ToolResult:
+    def _run_tool(self, tool: str, args: dict[str, Any]) -> ToolOutput:
         key = json.dumps([tool, args], sort_keys=True, default=repr)
         repeat = self.config.repeat_detection and key == self._last_call
         self._last_call = key
         if repeat:  # nothing ran: a repeated write leaves the file as the first one did
-            return ToolResult(REPEATED_CALL, changed=False if tool == "write_file" else None)
+            return ToolOutput(REPEATED_CALL, changed=False if tool == "write_file" else None)
         return self._execute(tool, args)
 
-    def _execute(self, tool: str, args: dict[str, Any]) -> ToolResult:
+    def _execute(self, tool: str, args: dict[str, Any]) -> ToolOutput:
         """The tool's result; whatever it raises becomes an ERROR result and the episode goes on."""
         try:
             return run_tool(self.ws, tool, args, self.config.tool_options).safe()
         except ToolError as e:
-            return ToolResult.fault(e)
+            return ToolOutput.fault(e)
         except Exception as e:  # a fault the model's call provoked (OSError, RecursionError, ...)
             log.debug("tool %s raised", tool, exc_info=True)
-            return ToolResult.fault(e, (str(self.ws.root), str(self.ws.root.resolve())))
+            return ToolOutput.fault(e, (str(self.ws.root), str(self.ws.root.resolve())))
 
     def _check_limits(self) -> None:
         cfg = self.config

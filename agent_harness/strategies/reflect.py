@@ -20,12 +20,13 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ..episode import Ask, EpisodeState
 from ..errors import ConfigError, ToolError
 from ..scenarios import SingleShot
 from ..scenarios.bigcode_prompt import FixPrompt
+from ..steps import Attempt, CheckResult, Feedback, Step, reply_record
 from ..tools import ToolOptions, failure_summary, put_file, run_tool, syntax_error
 from ..types import Completion, Conversation, GenParams, Message, RequestMeta, Task, request_seed
 from ..workspace import Workspace
@@ -148,25 +149,25 @@ class ReflectEpisode(EpisodeState):
             return params
         return replace(params, temperature=temp, seed=seed)
 
-    def advance(self, c: Completion) -> list[dict[str, Any]]:
+    def advance(self, c: Completion) -> list[Step]:
         """Consume one reply: extract, check, write, test; then the feedback for the next turn."""
         first = len(self.steps)
         params = self.gen_params()
         self._count(c)
         source = self._source(c.text)
-        self._step("attempt", source or "", raw=c.text, finish_reason=c.finish_reason, latency_s=c.latency_s,
-                   tokens=c.token_counts(), temperature=params.temperature, seed=params.seed)
+        self._add(Attempt(**self._at(), text=source or "", **reply_record(c), temperature=params.temperature,
+                          seed=params.seed))
         if c.finish_reason == "length" and c.completion_tokens == 0:
             self.exit_reason = "context"
         else:
             try:
                 check, message, output = self._evaluate(source)
             except Exception as e:  # a harness fault ends this episode, never the run
-                self._step("feedback", f"harness error: {type(e).__name__}: {e}", check="error")
+                self._add(Feedback(**self._at(), text=f"harness error: {type(e).__name__}: {e}", check="error"))
                 self.exit_reason, self.turn = "error", self.turn + 1
                 return self.steps[first:]
-            extra = {"output": output} if output is not None else {}
-            self._step("feedback", message, check=check, tool="run_tests" if output is not None else None, **extra)
+            self._add(Feedback(**self._at(), text=message, check=check,
+                               tool="run_tests" if output is not None else None, output=output))
             if check == "passed":
                 self.exit_reason = "submitted"
             self._feedback = f"{message}\n{ASK}" if check != "passed" else ""
@@ -184,7 +185,7 @@ class ReflectEpisode(EpisodeState):
             return program + "\n" if program != self.draft.prefill else None
         return self.scenario.fixed_source(self.task, completion)
 
-    def _evaluate(self, source: str | None) -> tuple[str, str, str | None]:
+    def _evaluate(self, source: str | None) -> tuple[CheckResult, str, str | None]:
         """(check, the message for the model, the test output when the tests ran)."""
         if source is None:
             return "no_code", "Your reply has no code.", None

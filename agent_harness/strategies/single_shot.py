@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ..episode import Ask, EpisodeState
 from ..scenarios.bigcode_prompt import MODEL_TEMPLATE, STOP_WORDS, FixPrompt, chat_template
+from ..steps import Final, Step, reply_record
 from ..types import Completion, Conversation, GenParams, RequestMeta, Task
 
 if TYPE_CHECKING:
@@ -81,10 +82,9 @@ class SingleShotEpisode(EpisodeState):
     def gen_params(self) -> GenParams:
         return self.params
 
-    def advance(self, c: Completion) -> list[dict[str, Any]]:
+    def advance(self, c: Completion) -> list[Step]:
         self.scenario.apply_program(self.task, self.ws, self.fix.module(c.text))
-        self._step("final", self.fix.program(c.text), raw=c.text, finish_reason=c.finish_reason,
-                   latency_s=c.latency_s, tokens=c.token_counts())
+        self._add(Final(**self._at(), text=self.fix.program(c.text), **reply_record(c)))
         self._count(c)
         context_full = c.finish_reason == "length" and c.completion_tokens == 0
         self.turn, self.exit_reason = 1, "context" if context_full else "submitted"
@@ -115,10 +115,9 @@ class ChatSingleShotEpisode(EpisodeState):
     def gen_params(self) -> GenParams:
         return self.params
 
-    def advance(self, c: Completion) -> list[dict[str, Any]]:
+    def advance(self, c: Completion) -> list[Step]:
         self.scenario.apply_single_shot(self.task, self.ws, c.text)
-        self._step("final", c.text, raw=c.text, finish_reason=c.finish_reason, latency_s=c.latency_s,
-                   tokens=c.token_counts())
+        self._add(Final(**self._at(), text=c.text, **reply_record(c)))
         self._count(c)
         self.turn, self.exit_reason = 1, "submitted"  # the answer is the step's text; no FINAL line
         return self.steps

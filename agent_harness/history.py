@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -76,57 +77,74 @@ def test_record(result: ToolOutput) -> TestsResult | None:
     return {"passed": result.tests_passed, "at": None if result.tests_passed else result.failing_check}
 
 
-def _writes(steps: Sequence[Step]) -> list[tuple[ToolResult, FileVersion]]:
-    """(step, file version) of every write_file result that recorded the version it left."""
-    return [(s, s.file) for s in steps if isinstance(s, ToolResult) and s.file is not None and s.tool == "write_file"]
+class _Ledger:
+    """What a run of steps established, indexed once (each helper below reads it in O(log n)): the file
+    versions written, the test results and the restarts, which put every file back as given."""
+
+    def __init__(self, steps: Sequence[Step]) -> None:
+        self.writes = [(s, s.file) for s in steps
+                       if isinstance(s, ToolResult) and s.file is not None and s.tool == "write_file"]
+        tested = [(s.i, s.tests) for s in steps
+                  if isinstance(s, ToolResult | SubmitCheck | InitialTests) and s.tests is not None]
+        self._tested_at, self._tests = [i for i, _ in tested], [r for _, r in tested]
+        self._made = [(s.i, f) for s, f in self.writes if f["changed"]]  # the writes that changed a file
+        self._made_at = [i for i, _ in self._made]
+        restarts = [s.i for s in steps if isinstance(s, Restart)]
+        self._changes: dict[str | None, list[int]] = {None: sorted(self._made_at + restarts)}
+        for path in {f["path"] for _, f in self._made}:
+            self._changes[path] = sorted([i for i, f in self._made if f["path"] == path] + restarts)
+        self._restarts = restarts
+
+    def next_change(self, after: int, path: str | None = None) -> int | None:
+        """The position (step `i`) of the first change of `path` (any file when None) after `after`."""
+        changes = self._changes.get(path, self._restarts)
+        k = bisect_right(changes, after)
+        return changes[k] if k < len(changes) else None
+
+    def last_test(self, after: int, before: float) -> TestsResult | None:
+        """The last test result between two positions (both excluded)."""
+        k = bisect_left(self._tested_at, before)
+        return self._tests[k - 1] if k and self._tested_at[k - 1] > after else None
+
+    def version_outcome(self, at: int, path: str) -> TestsResult | None:
+        """The last test result while the version of `path` written at step `at` was the file's content."""
+        until = self.next_change(at, path)
+        return self.last_test(at, float("inf") if until is None else until)
+
+    def current_outcome(self) -> TestsResult | None:
+        """The last test result since any file last changed (None: not tested since)."""
+        changes = self._changes[None]
+        return self.last_test(changes[-1] if changes else -1, float("inf"))
+
+    def passing(self) -> bool:
+        outcome = self.current_outcome()
+        return outcome is not None and bool(outcome["passed"])
+
+    def failed_write(self, rel: str, sha: str) -> ToolResult | None:
+        """The latest write that left `rel` as `sha` and whose version then failed the tests."""
+        for s, f in reversed(self.writes):
+            if f["changed"] and f["path"] == rel and f["sha"] == sha:
+                outcome = self.version_outcome(s.i, rel)
+                if outcome is not None and not outcome["passed"]:
+                    return s
+        return None
+
+    def made(self, rel: str) -> int:
+        """How many writes changed `rel`."""
+        return sum(f["path"] == rel for _, f in self._made)
+
+    def made_before(self, at: int) -> FileVersion | None:
+        """The last write that changed a file before position `at`."""
+        k = bisect_left(self._made_at, at)
+        return self._made[k - 1][1] if k else None
 
 
-def _tests(steps: Sequence[Step]) -> list[tuple[Step, TestsResult]]:
-    """(step, test result) of every step that ran the tests."""
-    return [(s, s.tests) for s in steps if isinstance(s, ToolResult | SubmitCheck | InitialTests)
-            and s.tests is not None]
-
-
-def _changes(steps: Sequence[Step], path: str | None = None) -> list[int]:
-    """Positions (step `i`) of the writes that changed `path` (any file when None), and of restarts,
-    which put every file back as given."""
-    writes = [s.i for s, f in _writes(steps) if f["changed"] and (path is None or f["path"] == path)]
-    return sorted(writes + [s.i for s in steps if isinstance(s, Restart)])
-
-
-def _last_test(steps: Sequence[Step], after: int, before: float) -> TestsResult | None:
-    return next((r for s, r in reversed(_tests(steps)) if after < s.i < before), None)
-
-
-def version_outcome(steps: Sequence[Step], at: int, path: str) -> TestsResult | None:
-    """The last test result while the version of `path` written at step `at` was the file's content."""
-    until = next((i for i in _changes(steps, path) if i > at), float("inf"))
-    return _last_test(steps, at, until)
-
-
-def current_outcome(steps: Sequence[Step]) -> TestsResult | None:
-    """The last test result since any file last changed (None: not tested since)."""
-    return _last_test(steps, max(_changes(steps), default=-1), float("inf"))
-
-
-def _failed_write(steps: Sequence[Step], rel: str, sha: str) -> ToolResult | None:
-    """The latest write that left `rel` as `sha` and whose version then failed the tests."""
-    for s, f in reversed(_writes(steps)):
-        if f["changed"] and f["path"] == rel and f["sha"] == sha:
-            outcome = version_outcome(steps, s.i, rel)
-            if outcome is not None and not outcome["passed"]:
-                return s
-    return None
-
-
-def write_record(steps: Sequence[Step], rel: str, data: bytes, changed: bool) -> FileVersion:
+def write_record(ledger: _Ledger, rel: str, data: bytes, changed: bool) -> FileVersion:
     """The `file` field of a write_file result: which version of the file the write left (`data`);
     `repeat_of` is the turn of an earlier write of the same version that failed."""
     sha = content_sha(data)
-    made = sum(f["changed"] and f["path"] == rel for _, f in _writes(steps))
-    attempt = made + 1 if changed else None
-    repeated = _failed_write(steps, rel, sha) if changed else None
-    return {"path": rel, "sha": sha, "changed": changed, "attempt": attempt,
+    repeated = ledger.failed_write(rel, sha) if changed else None
+    return {"path": rel, "sha": sha, "changed": changed, "attempt": ledger.made(rel) + 1 if changed else None,
             "repeat_of": None if repeated is None else repeated.turn}
 
 
@@ -134,39 +152,34 @@ def is_stale(record: FileVersion) -> bool:
     return not record["changed"] or record["repeat_of"] is not None
 
 
-def stale_observation(steps: Sequence[Step], record: FileVersion, obs: str) -> str:
+def stale_observation(ledger: _Ledger, record: FileVersion, obs: str) -> str:
     """`obs` of a stale write, told what it is. Turn numbers count from 1, as a reader would."""
     if not record["changed"]:
-        outcome = current_outcome(steps)
+        outcome = ledger.current_outcome()
         tests = "" if outcome is None else "; the tests pass" if outcome["passed"] else \
             f"; the tests still fail at {outcome['at']}"
         return f"No change: the content is identical to the file{tests}."
-    earlier = _failed_write(steps, record["path"], record["sha"])
-    outcome = version_outcome(steps, earlier.i, record["path"]) if earlier else None
+    earlier = ledger.failed_write(record["path"], record["sha"])
+    outcome = ledger.version_outcome(earlier.i, record["path"]) if earlier else None
     at = "?" if outcome is None else outcome["at"]
     return f"{obs}\nYou tried this exact version at turn {(record['repeat_of'] or 0) + 1}; it failed at {at}."
 
 
 def stale_temperature(steps: Sequence[Step], start: float) -> float:
     """While the latest write is stale: `start`, plus a step for each stale write of the episode."""
-    writes = [f for _, f in _writes(steps)]
+    writes = [f for _, f in _Ledger(steps).writes]
     if not writes or not is_stale(writes[-1]):
         return 0.0
     repeats = sum(map(is_stale, writes))
     return round(min(STALE_TEMPERATURE_MAX, start + STALE_TEMPERATURE_STEP * (repeats - 1)), 3)
 
 
-def _passing(steps: Sequence[Step]) -> bool:
-    outcome = current_outcome(steps)
-    return outcome is not None and bool(outcome["passed"])
-
-
 def stale_run(steps: Sequence[Step]) -> int:
     """Stale writes since the last write that changed a file to a new version (0 while the tests pass)."""
-    run = 0
-    for _, f in _writes(steps):
+    ledger, run = _Ledger(steps), 0
+    for _, f in ledger.writes:
         run = run + 1 if is_stale(f) else 0
-    return 0 if _passing(steps) else run
+    return 0 if ledger.passing() else run
 
 
 class Facts(NamedTuple):
@@ -195,11 +208,12 @@ def tool_facts(ws: Workspace, steps: Sequence[Step], tool: str | None, args: Map
     content = args.get("content")
     if not isinstance(content, str) or data != content.encode("utf-8", "replace") or result.changed is None:
         return Facts(obs)  # the write did not happen
-    record = write_record(steps, rel, data, result.changed)
+    ledger = _Ledger(steps)
+    record = write_record(ledger, rel, data, result.changed)
     if not (notes and is_stale(record)):
         return Facts(obs, file=record)
-    passing = not record["changed"] and _passing(steps)
-    return Facts(stale_observation(steps, record, obs), file=record, stale=None if passing else True)
+    passing = not record["changed"] and ledger.passing()
+    return Facts(stale_observation(ledger, record, obs), file=record, stale=None if passing else True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -260,13 +274,9 @@ def _write_stub(turn_steps: Sequence[Step], note: str) -> str:
     return f"{head}TOOL_CALL: {json.dumps({'tool': 'write_file', 'args': {'path': path}})}\n[{note}]"
 
 
-def _attempt_before(steps: Sequence[Step], at: int) -> str:
-    made = [f for s, f in _writes(steps) if f["changed"] and s.i < at]
-    return f"attempt {made[-1]['attempt']} of {made[-1]['path']}" if made else "the files as given"
-
-
 def elisions(steps: Sequence[Step]) -> Elisions:
     """(turn, role) -> the text that replaces that message in the condensed conversation."""
+    ledger = _Ledger(steps)
     by_turn: dict[int, list[Step]] = {}
     for s in steps:
         by_turn.setdefault(s.turn, []).append(s)
@@ -276,7 +286,7 @@ def elisions(steps: Sequence[Step]) -> Elisions:
         if end is None:
             continue
         f = end.file if isinstance(end, ToolResult) else None
-        later = [c for c in _changes(steps, f["path"] if f else None) if c > end.i]
+        later = ledger.next_change(end.i, f["path"] if f else None) is not None
         if f and end.tool == "read_file" and later:
             out[(t, "user")] = format_observation(f"[read of {f['path']}, since rewritten]")
         elif f and end.tool == "write_file" and later:
@@ -285,12 +295,12 @@ def elisions(steps: Sequence[Step]) -> Elisions:
                 continue
             name = f"attempt {f['attempt']} of {f['path']}"
             out[(t, "assistant")] = _write_stub(group, f"content of {name} elided")
-            out[(t, "user")] = format_observation(f"[{name}: {_summary(version_outcome(steps, end.i, f['path']))}]")
+            out[(t, "user")] = format_observation(f"[{name}: {_summary(ledger.version_outcome(end.i, f['path']))}]")
         elif end.tests and later:
             refused = "FINAL refused; " if isinstance(end, SubmitCheck) else ""
-            outcome = end.tests
-            result = "passed" if outcome["passed"] else f"failed at {outcome['at']}"
-            tested = _attempt_before(steps, end.i)
+            result = "passed" if end.tests["passed"] else f"failed at {end.tests['at']}"
+            made = ledger.made_before(end.i)
+            tested = "the files as given" if made is None else f"attempt {made['attempt']} of {made['path']}"
             out[(t, "user")] = format_observation(f"[{refused}test run of {tested}: {result}]")
     return out
 

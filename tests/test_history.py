@@ -433,3 +433,48 @@ def test_cli_restart_after(tmp_path: Path) -> None:
     assert trace["outcome"]["passed"] is True and trace["outcome"]["num_turns"] == 5
     assert trace["agent"]["restart_after"] == 2 and trace["fingerprint"]["config"]["agent"]["restart_after"] == 2
     assert [s["turn"] for s in trace["steps"] if s["type"] in ("restart", "initial_tests")] == [0, 2, 2]
+
+
+class CountingSteps(list):  # type: ignore[type-arg]
+    """Steps that count the passes made over them."""
+
+    passes = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        self.passes += 1
+        return super().__iter__()
+
+
+def _write_test_turns(turns: int) -> CountingSteps:
+    """`turns` turns of a write (a new version, or a repeat) and a failing test run, as react records them."""
+    from agent_harness.steps import Thought, ToolCall, ToolResult
+
+    steps = CountingSteps()
+    for t in range(turns):
+        write = t % 2 == 0
+        steps.append(Thought(i=len(steps), turn=t, text="next", raw="reply"))
+        steps.append(ToolCall(i=len(steps), turn=t, text="call", tool="write_file" if write else "run_tests",
+                              args={"path": "calc.py"} if write else {}))
+        if write:
+            file = {"path": "calc.py", "sha": str(t % 6), "changed": True, "attempt": t // 2 + 1, "repeat_of": None}
+            steps.append(ToolResult(i=len(steps), turn=t, text="Wrote", tool="write_file", file=file))
+        else:
+            steps.append(ToolResult(i=len(steps), turn=t, text="FAILED", tool="run_tests",
+                                    tests={"passed": False, "at": CHECK}))
+    return steps
+
+
+def test_history_passes_over_the_steps_a_fixed_number_of_times() -> None:
+    """What a turn's prompt needs of the history (elisions, the stale run and temperature) takes a fixed number
+    of passes over the steps however long the episode is, so each turn costs time linear in its steps."""
+    from agent_harness.history import stale_run, stale_temperature
+
+    counts = []
+    for turns in (10, 80):
+        steps = _write_test_turns(turns)
+        condensed = elisions(steps)
+        stale_run(steps)
+        stale_temperature(steps, 0.3)
+        counts.append(steps.passes)
+        assert len(condensed) >= turns - 2  # every turn but the last ones is condensed
+    assert counts[0] == counts[1] <= 10

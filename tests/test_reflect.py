@@ -17,8 +17,8 @@ import pytest
 from agent_harness.scenarios import TaskQuery
 from agent_harness.scenarios.bogus import SCENARIO as BOGUS
 from agent_harness.scenarios.humanevalfix import SCENARIO
-from agent_harness.strategies.reflect import Reflectable, ReflectConfig, ReflectEpisode
 from agent_harness.steps import Feedback
+from agent_harness.strategies.reflect import Reflectable, ReflectConfig, ReflectEpisode
 from agent_harness.trace import validate_trace
 from agent_harness.types import Completion, GenParams, Task, request_seed
 from agent_harness.workspace import Workspace

@@ -201,7 +201,8 @@ class ModelRun:
         """End `live` with exit_reason "error", recording what failed in `outcome.error`."""
         ws = getattr(live.episode, "ws", None)
         hide = (str(ws.root), str(ws.root.resolve())) if ws is not None else ()
-        msg = f"{where} failed: {error_text(e, hide)}"
+        lines = (line.strip() for line in error_text(e, hide).splitlines())
+        msg = f"{where} failed: {'; '.join(line for line in lines if line)}"  # one line (pydantic's are several)
         log.warning("%s %s: %s", self.spec.name, live.job.task.id, msg, exc_info=log.isEnabledFor(logging.DEBUG))
         live.trace.outcome.add_error(msg)
         live.trace.outcome.exit_reason = live.episode.exit_reason = "error"

@@ -13,7 +13,6 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -22,6 +21,7 @@ from agent_harness.registry import ModelSpec
 from agent_harness.runner import Job, ModelRun, RunConfig, model_jobs, plan_jobs
 from agent_harness.summary import summarize
 from agent_harness.trace import validate_trace
+from agent_harness.trace_model import Trace
 from agent_harness.types import Completion, Conversation, GenParams, RequestMeta
 
 
@@ -35,9 +35,9 @@ class _Unrecordable(Completion):
 class FaultyBackend(ScriptedBackend):
     """The oracle, except for the tasks named in `faults`: what goes wrong for each one's replies."""
 
-    def __init__(self, faults: dict[str, str]) -> None:
+    def __init__(self, faults: dict[str, str], traces: dict[str, Path]) -> None:
         super().__init__("oracle")
-        self.faults = faults
+        self.faults, self.traces = faults, traces
 
     def _fault(self, meta: RequestMeta | None) -> str | None:
         return self.faults.get(meta.task.id) if meta is not None else None
@@ -47,6 +47,10 @@ class FaultyBackend(ScriptedBackend):
         fault = self._fault(meta)
         if fault == "submit":
             raise RuntimeError("prompt refused by the engine")
+        if fault == "plant" and meta is not None and meta.turn == 1:  # the trace's path swapped for a folder
+            path = self.traces[meta.task.id]
+            path.unlink()
+            (path / "planted").mkdir(parents=True)
         c = await super().complete(conversation, params, meta)
         if fault == "advance":
             c = _Unrecordable(**dataclasses.asdict(c))
@@ -83,16 +87,21 @@ def ws_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 def test_episode_faults_end_only_their_episode(tmp_path: Path, ws_dir: Path) -> None:
     out = tmp_path / "traces"
     spec = ModelSpec(name="faulty", backend="scripted", script="oracle")
-    cfg = RunConfig(models=[spec], out=out, n=5, concurrency=3, embed=False, strategy="react")
+    cfg = RunConfig(models=[spec], out=out, n=6, concurrency=3, embed=False, strategy="react")
     jobs = _jobs(cfg, spec)
     jobs[0].task = dataclasses.replace(jobs[0].task, files={"../outside.py": ""})  # cannot be placed
-    faults = {jobs[1].task.id: "advance", jobs[2].task.id: "trace", jobs[3].task.id: "submit"}
-    backend = FaultyBackend(faults)
-    done: list[dict[str, Any]] = []
+    faults = {jobs[1].task.id: "advance", jobs[2].task.id: "trace", jobs[3].task.id: "submit",
+              jobs[5].task.id: "plant"}
+    backend = FaultyBackend(faults, {j.task.id: j.path for j in jobs})
+    done: list[Trace] = []
     ModelRun(cfg, spec, backend, BrokenEmbedder(), done.append).run(jobs)
-    assert len(done) == 5
+    assert len(done) == 6
     assert not list(ws_dir.glob("agent-harness-ws-*"))  # every workspace removed, the broken ones too
-    on_disk = {j.task.id: json.loads(j.path.read_text()) for j in jobs}
+    planted = next(t for t in done if t.task_id == jobs[5].task.id)  # its trace could not be written
+    assert planted.outcome.completed and planted.outcome.exit_reason == "error"
+    assert (planted.outcome.error or "").startswith("writing the trace failed: IsADirectoryError")
+    assert jobs[5].path.is_dir() and list(jobs[5].path.iterdir()) == [jobs[5].path / "planted"]
+    on_disk = {j.task.id: json.loads(j.path.read_text()) for j in jobs[:5]}
     errors = {tid: t["outcome"]["error"] for tid, t in on_disk.items()}
     for tid, trace in on_disk.items():
         assert validate_trace(trace) == [], tid
@@ -103,9 +112,10 @@ def test_episode_faults_end_only_their_episode(tmp_path: Path, ws_dir: Path) -> 
     assert errors[jobs[1].task.id].startswith("the agent step failed: RuntimeError: boom")
     # A reply the trace cannot hold (a latency that is no number) is refused as its step is made (steps.py).
     assert errors[jobs[2].task.id].startswith("the agent step failed: ValidationError: 1 validation error for Thought")
+    assert all("\n" not in e for e in errors.values())  # one line each
     assert errors[jobs[3].task.id].startswith("sending the prompt failed: RuntimeError: prompt refused")
     assert on_disk[jobs[3].task.id]["outcome"]["passed"] is None  # the backend failed, not the model
     ok = on_disk[jobs[4].task.id]
     assert ok["outcome"]["passed"] is True and ok["embeddings"] is None  # a verdict survives the embedder fault
     summary = summarize(out)["faulty"]["humanevalfix"]
-    assert summary["n_episodes"] == 5 and summary["unscored"] == 2
+    assert summary["n_episodes"] == 5 and summary["unscored"] == 2  # the planted folder is no trace

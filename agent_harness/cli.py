@@ -211,9 +211,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     strategies = scenario_strategies(cfg)
     _check_reflect_flags(args, strategies)
     summary = run(cfg)
-    folders = {st.dirname(name) for name, st in strategies.items()}
-    print_table(table_names({m: {s: e for s, e in sc.items() if s in folders}
-                             for m, sc in summary.items() if m in {spec.name for spec in specs}}), rich_console())
+    folders = {spec.name: {st.dirname(name, cfg.agent_for(spec, st.name).protocol or "")
+                           for name, st in strategies.items()} for spec in specs}
+    print_table(table_names({m: {s: e for s, e in sc.items() if s in folders[m]}
+                             for m, sc in summary.items() if m in folders}), rich_console())
     if strategy is None:
         ran = {st.flag: [n for n, other in strategies.items() if other is st] for st in strategies.values()}
         print(printable("strategy: " + "; ".join(f"{flag} on {', '.join(names)}" for flag, names in ran.items())

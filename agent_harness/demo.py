@@ -29,28 +29,41 @@ def _call(thought: str, tool: str, args: dict[str, str], block: str | None = Non
 
 
 @cache
-def demo_messages(tool_names: tuple[str, ...], reminder: bool) -> tuple[Message, ...]:
-    """The demo turns for an agent with these tools (run_tests, else run_cmd, runs the tests)."""
+def demo_messages(tool_names: tuple[str, ...], reminder: bool, native: bool = False) -> tuple[Message, ...]:
+    """The demo turns for an agent with these tools (run_tests, else run_cmd, runs the tests); `native`: in
+    the native tool protocol (the calls as the template's tool calls, the results as tool messages)."""
     from .tools import ToolOptions, run_tool
     from .workspace import Workspace
 
     test_cmd = ["python3", DEMO_TEST]
     test_call = ("run_tests", {}) if "run_tests" in tool_names else ("run_cmd", {"cmd": " ".join(test_cmd)})
     steps = [
-        (_call("I read the code first.", "read_file", {"path": DEMO_FILE}), "read_file", {"path": DEMO_FILE}),
-        (_call("items[len(items)] is past the end; the last item is at len(items) - 1.", "write_file",
-               {"path": DEMO_FILE}, FIXED), "write_file", {"path": DEMO_FILE, "content": FIXED}),
-        (_call("I check the fix.", *test_call), *test_call),
+        ("I read the code first.", "read_file", {"path": DEMO_FILE}),
+        ("items[len(items)] is past the end; the last item is at len(items) - 1.", "write_file",
+         {"path": DEMO_FILE, "content": FIXED}),
+        ("I check the fix.", *test_call),
     ]
     messages: list[Message] = [{"role": "user", "content": STATEMENT}]
     ws = Workspace.create({DEMO_FILE: BUGGY, DEMO_TEST: TESTS}, test_cmd=test_cmd)
     try:
-        for reply, tool, args in steps:
+        for n, (thought, tool, args) in enumerate(steps):
             result = run_tool(ws, tool, args, ToolOptions())
-            messages.append({"role": "assistant", "content": reply})
-            hint = next_step(tool, result.tests_passed) if reminder else None
+            hint = next_step(tool, result.tests_passed, native) if reminder else None
+            if native:
+                call_id = f"demo_{n}"
+                messages.append({"role": "assistant", "content": thought,
+                                 "tool_calls": [{"id": call_id, "type": "function",
+                                                 "function": {"name": tool, "arguments": args}}]})
+                messages.append({"role": "tool", "tool_call_id": call_id,
+                                 "content": format_observation(result.text, hint, header=False)})
+                continue
+            block = args.get("content")
+            shown = {k: v for k, v in args.items() if k != "content"}
+            messages.append({"role": "assistant", "content": _call(thought, tool, shown, block)})
             messages.append({"role": "user", "content": format_observation(result.text, hint)})
     finally:
         ws.cleanup()
-    messages.append({"role": "assistant", "content": "THOUGHT: The tests pass.\nFINAL: last() returns the last item."})
+    final = "The tests pass: last() returns the last item." if native else \
+        "THOUGHT: The tests pass.\nFINAL: last() returns the last item."
+    messages.append({"role": "assistant", "content": final})
     return tuple(messages)

@@ -32,7 +32,9 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from .errors import FormatError
-from .protocol import REMINDER, format_error, format_observation, next_step
+from .protocol import EXPECTED_FORM, REMINDER, format_error, format_observation, next_step
+from .protocol.native import NATIVE_EXPECTED_FORM
+from .protocol.prompt import NATIVE_REMINDER
 from .steps import (
     FileVersion,
     Final,
@@ -50,7 +52,7 @@ from .steps import (
 )
 from .tools import ToolResult as ToolOutput
 from .tools import file_bytes
-from .types import Conversation, Message
+from .types import Conversation, Message, NativeCallDict
 from .workspace import Workspace
 
 STALE_HINT = "Writing it again will not help: find what is wrong and write a different version."
@@ -220,33 +222,47 @@ def tool_facts(ws: Workspace, steps: Sequence[Step], tool: str | None, args: Map
 # Messages
 
 
-def user_message(step: Answer, format_reminder: bool) -> Message:
-    """The user message after a turn's reply, from the step that ends the turn (its tool result,
-    submit check or parse error). The agent and `rebuild_prompt` both build it here."""
+def user_message(step: Answer, format_reminder: bool, native: bool = False) -> Message:
+    """The message after a turn's reply, from the step that ends the turn (its tool result, submit check
+    or parse error). The agent and `rebuild_prompt` both build it here. `native`: the native protocol's
+    words, and a tool result is a `tool` message answering its call."""
     if isinstance(step, ParseError):
-        return {"role": "user", "content": format_error(FormatError(step.text))}
+        expected = NATIVE_EXPECTED_FORM if native else EXPECTED_FORM
+        return {"role": "user", "content": format_error(FormatError(step.text), expected)}
     note = step.note if isinstance(step, SubmitCheck) else None
     text = f"{note}\n\n{step.text}" if note else step.text
     reminder = None
     if format_reminder:
         passed = step.tests["passed"] if step.tests else None
         stale = isinstance(step, ToolResult) and step.stale
-        reminder = f"{STALE_HINT} {REMINDER}" if stale else next_step(step.tool, passed)
+        reminder = (f"{STALE_HINT} {NATIVE_REMINDER if native else REMINDER}" if stale
+                    else next_step(step.tool, passed, native))
+    if native and isinstance(step, ToolResult) and step.call_id is not None:
+        return {"role": "tool", "tool_call_id": step.call_id, "content": format_observation(text, reminder, False)}
     return {"role": "user", "content": format_observation(text, reminder)}
+
+
+def native_call(call_id: str, tool: str, args: Mapping[str, Any]) -> NativeCallDict:
+    """A tool call as an assistant message carries it (native protocol; arguments as the template takes them)."""
+    return {"id": call_id, "type": "function", "function": {"name": tool, "arguments": dict(args)}}
 
 
 @dataclass
 class Exchange:
-    """One turn of the conversation: the model's reply and the user message that answered it (None: the
-    episode ended on that reply)."""
+    """One turn of the conversation: the model's reply and the message that answered it (None: the
+    episode ended on that reply). Native protocol: `reply` is the text beside the call, `calls` the call."""
 
     turn: int
     reply: str
     answer: Message | None = None
+    calls: list[NativeCallDict] | None = None
 
     def messages(self, elided: Mapping[tuple[int, Role], str]) -> list[Message]:
         """The turn's messages, each shown as `elided` condenses it (by this turn and the role)."""
-        out: list[Message] = [{"role": "assistant", "content": elided.get((self.turn, "assistant"), self.reply)}]
+        said: Message = {"role": "assistant", "content": elided.get((self.turn, "assistant"), self.reply)}
+        if self.calls:
+            said["tool_calls"] = self.calls
+        out = [said]
         if self.answer is not None:
             text = elided.get((self.turn, "user"))
             out.append(self.answer if text is None else {"role": "user", "content": text})
@@ -309,6 +325,7 @@ def rebuild_prompt(trace: Mapping[str, Any], turn: int) -> Conversation:
     """The conversation sent to the model at `turn` (0-based), rebuilt from a trace."""
     prompt, steps = trace["prompt"], parse_steps(trace["steps"])
     reminder = (trace.get("agent") or {}).get("format_reminder", True)
+    native = (trace.get("agent") or {}).get("protocol") == "native"
     head: Conversation = [{"role": "system", "content": prompt["system"]}, *prompt.get("demo", []),
                           {"role": "user", "content": prompt["task"]}]
     exchanges: list[Exchange] = []
@@ -320,7 +337,13 @@ def rebuild_prompt(trace: Mapping[str, Any], turn: int) -> Conversation:
             break
         raw = next(s.raw for s in group if isinstance(s, Opens) and s.raw is not None)
         end = next((s for s in group if isinstance(s, Answer)), None)
-        exchanges.append(Exchange(t, raw, None if end is None else user_message(end, reminder)))
+        answer = None if end is None else user_message(end, reminder, native)
+        call = next((s for s in group if isinstance(s, ToolCall)), None)
+        if native and call is not None and call.call_id and call.tool:  # the call as the model was shown it
+            thought = next((s.text for s in group if isinstance(s, Thought)), "")
+            exchanges.append(Exchange(t, thought, answer, [native_call(call.call_id, call.tool, call.args or {})]))
+        else:
+            exchanges.append(Exchange(t, raw, answer))
     elided: Elisions = {}
     for s in steps:
         if s.turn <= turn and isinstance(s, Opens) and s.elided:

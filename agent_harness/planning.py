@@ -57,6 +57,12 @@ class RunConfig:
         scenario runs its own default."""
         return STRATEGIES[self.strategy].mode if self.strategy else "default"
 
+    def agent_for(self, spec: ModelSpec, strategy: str) -> AgentConfig:
+        """The agent settings `spec`'s episodes of `strategy` run with: --protocol, else the model's preferred
+        protocol, for a strategy that calls tools; text for one that calls none."""
+        uses_tools = STRATEGIES[strategy].uses_tools
+        return replace(self.agent, protocol=(self.agent.protocol or spec.protocol) if uses_tools else "text")
+
     def strategy_for(self, scenario: Scenario) -> StrategyInfo:
         """The strategy `scenario` runs: --agent's for every scenario, else the scenario's default."""
         return STRATEGIES[self.strategy] if self.strategy else default_strategy(scenario, self.reflect)
@@ -125,8 +131,11 @@ def strategy_options(cfg: RunConfig, spec: ModelSpec, strategy: str) -> dict[str
 
 def model_jobs(cfg: RunConfig, spec: ModelSpec, planned: list[Job]) -> list[Job]:
     """`planned` for one model: each job with its trace path and fingerprint; stale temp files removed."""
-    run_cfg = {name: run_config(spec, cfg.backend, STRATEGIES[name].mode, cfg.agent, cfg.seed,
-                                strategy_options(cfg, spec, name)) for name in {j.strategy for j in planned}}
+    agents = {name: cfg.agent_for(spec, name) for name in {j.strategy for j in planned}}
+    run_cfg = {name: run_config(spec, cfg.backend, STRATEGIES[name].mode, agent, cfg.seed,
+                                strategy_options(cfg, spec, name)) for name, agent in agents.items()}
+    planned = [replace(j, scenario=STRATEGIES[j.strategy].dirname(j.scenario_name, agents[j.strategy].protocol or ""))
+               for j in planned]
     slugs: dict[tuple[str, str], dict[str, str]] = {}
     for j in planned:
         slugs.setdefault((j.scenario, j.task.label), {})[j.task.id] = ""

@@ -152,6 +152,13 @@ class ModelSpec(_Strict):
     temperature_schedule: list[float] | None = Field(
         None, description="Per-step temperatures (last one repeats); overrides `temperature`."
     )
+    protocol: Literal["text", "native"] = Field(
+        "text", exclude=True, description="How the tool agent calls tools by default: text (THOUGHT / TOOL_CALL / "
+        "FINAL) or native (the chat template's tool calls, `tools=`); --protocol overrides. Not in the model's "
+        "fingerprint: the agent's (the protocol the episode ran) holds it.")
+    tool_parser: str | None = Field(
+        None, exclude=True, description="vLLM's --tool-call-parser for this model (hermes for Qwen2.5): the served "
+        "model then answers chat requests with `tools` in structured tool calls.")
     description: str = ""
     start_delay_s: float = Field(
         0.0, ge=0.0, exclude=True, description="scripted backend: its start waits this long for a child process "

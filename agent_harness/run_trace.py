@@ -79,7 +79,7 @@ def new_trace(cfg: RunConfig, spec: ModelSpec, info: BackendInfo, job: Job, ep_p
         harness_version=harness_version(),
         **fingerprint,
         agent=AgentInfo(mode=cast(Mode, strategy.mode), strategy=cast(Strategy, strategy.name),
-                        concurrency=cfg.concurrency, **cfg.agent.dump()),
+                        concurrency=cfg.concurrency, **cfg.agent_for(spec, job.strategy).dump()),
         prompt=Prompt(system=system, task=job.task.statement, demo=demo or []),
         steps=[],
         embeddings=None,

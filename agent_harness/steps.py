@@ -76,6 +76,16 @@ Temperature = Annotated[Absent[float], _doc("The turn's sampling temperature (re
 Elided = Annotated[Absent[list[ElidedMessage]], _doc("Messages this turn's prompt showed condensed for the first "
                                                      "time (history: condensed).")]
 Endpoint = Annotated[str | None, _doc("The server that answered (openai backend).")]
+
+
+class ServerCall(TypedDict):
+    name: str
+    arguments: str
+    id: str | None
+
+
+ServerCalls = Annotated[Absent[list[ServerCall]], _doc("native protocol (1.8): the tool calls the server parsed out "
+                                                       "of the reply (`tool_calls`), as it sent them.")]
 Tool = str | None
 CallId = Annotated[str | None, _doc("Links a tool_result to its tool_call.")]
 Repairs = Absent[list[str]]
@@ -99,12 +109,18 @@ class Opening(Reply, total=False):
     temperature: float
     elided: list[ElidedMessage]
     endpoint: str | None
+    server_calls: list[ServerCall]
 
 
 def reply_record(c: Completion) -> Reply:
     """What every strategy records of a reply: its text, why it ended, its latency and token counts."""
     return {"raw": c.text, "finish_reason": c.finish_reason, "latency_s": c.latency_s,
             "tokens": cast(StepTokens, c.token_counts())}  # the same keys, left out when unknown
+
+
+def server_calls(c: Completion) -> list[ServerCall]:
+    """The structured tool calls of a reply (native protocol, a server that parsed them), for its step."""
+    return [{"name": t.name, "arguments": t.arguments, "id": t.id} for t in c.tool_calls]
 
 
 class Place(TypedDict):
@@ -155,6 +171,7 @@ class _Opening(_Step):
     temperature: Temperature = None
     elided: Elided = None
     endpoint: Endpoint = None
+    server_calls: ServerCalls = None
     phase: StepPhase = None
     embedding: Embedding = None
 
@@ -183,6 +200,7 @@ class Final(_Step):
     temperature: Temperature = None
     elided: Elided = None
     endpoint: Endpoint = None
+    server_calls: ServerCalls = None
     phase: StepPhase = None
     embedding: Embedding = None
 
@@ -202,6 +220,7 @@ class ToolCall(_Step):
     temperature: Temperature = None
     elided: Elided = None
     endpoint: Endpoint = None
+    server_calls: ServerCalls = None
     phase: StepPhase = None
     embedding: Embedding = None
 

@@ -90,7 +90,9 @@ def print_table(summary: dict[str, Any], console: Any = None) -> None:
     cols = ("model", "scenario", "label", "pass@1", "95% CI", "tasks", "episodes", "unscored", "steps", "compromised",
             "suspicious")
     for col in cols:
-        table.add_column(col, justify="left" if col in ("model", "scenario", "label") else "right")
+        # names wrap rather than end in "…": the scenario folder says the strategy and protocol
+        table.add_column(col, justify="left" if col in ("model", "scenario", "label") else "right",
+                         overflow="fold" if col in ("model", "scenario", "label") else "ellipsis")
     for model, scenarios in summary.items():
         for scenario, entry in scenarios.items():
             for label, s in entry["by_label"].items():

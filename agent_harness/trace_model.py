@@ -11,8 +11,9 @@ before the first turn), 1.5 the "restart" step (react began the conversation aga
 strategy (steps carry their `phase`; a "handoff" step between the phases), 1.7 the calibrated single-shot
 (strategy single_shot now asks as bigcode-evaluation-harness does: `agent.single_shot` names its prompt
 recipe, `prompt.prefill` the assistant turn's start) and single_shot_chat, the earlier chat-style
-single-shot (a single_shot trace before 1.7 is that one). Fields an older trace may lack have defaults,
-so the generated schema validates 1.0-1.7 traces alike.
+single-shot (a single_shot trace before 1.7 is that one), 1.8 the native tool protocol (`agent.protocol`,
+`prompt.tools`, a step's `server_calls`). Fields an older trace may lack have defaults, so the generated
+schema validates 1.0-1.8 traces alike.
 
 Presence is deliberate: a field marked `OMIT_UNSET` is written only once it has been set (an outcome
 gets `score_details` or `score_error` only from scoring, the agent block `reflect` only under that
@@ -34,9 +35,9 @@ from .steps import STEP_FIELDS as STEP_FIELDS  # re-exported: the loader's and c
 from .steps import Step
 from .steps import StepType as StepType
 
-SchemaVersion = Literal["1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7"]
-SCHEMA_VERSION: SchemaVersion = "1.7"
-READABLE_VERSIONS: tuple[str, ...] = ("1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7")
+SchemaVersion = Literal["1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7", "1.8"]
+SCHEMA_VERSION: SchemaVersion = "1.8"
+READABLE_VERSIONS: tuple[str, ...] = ("1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7", "1.8")
 ExitReason = Literal["submitted", "max_steps", "budget", "context", "error"]
 Mode = Literal["agent", "single_shot", "single_shot_chat", "reflect", "reflect_react"]
 Strategy = Literal["react", "reflect", "single_shot", "single_shot_chat", "reflect_react"]
@@ -121,6 +122,9 @@ class AgentInfo(_Part):
                                              "they were at the start (1.4).")
     restart_after: int | None = _omit_unset(description="react: after this many stale writes in a row the "
                                             "conversation began again from the task, the files as given (1.5).")
+    protocol: Literal["text", "native"] | None = _omit_unset(
+        description="How the tool agent calls tools (1.8): native, the chat template's or API's tool calls "
+        "(`tools=`, `tool` messages); absent: text (THOUGHT / TOOL_CALL / FINAL).")
     reflect: dict[str, Any] = _omit_unset(default_factory=dict,
                                           description="reflect only: iters, temperatures, draft (chat or bigcode: "
                                           "how the first turn asks, 1.7; bigcode adds prompt and recipe).")
@@ -142,6 +146,9 @@ class Prompt(_Part):
                                  description="Worked-example chat turns shown before the task (demo.py).")
     prefill: str | None = _omit_unset(description="single_shot (1.7): the start of the assistant turn the model "
                                       "continued (the function's declaration).")
+    tools: list[dict[str, Any]] = _omit_unset(
+        default_factory=list, description="native protocol (1.8): the tools as sent (`tools=`, OpenAI function "
+        "schemas), rendered by the chat template or the server; the text protocol lists them in `system`.")
 
 
 class Embeddings(_Part):
@@ -235,6 +242,7 @@ RUN_COLUMNS: dict[str, Column] = {
     "backend_requested": Column("model.backend_requested"), "fallback_reason": Column("model.fallback_reason"),
     "scenario": Column("scenario"), "label": Column("label"), "task_id": Column("task_id"),
     "task_index": Column("task_index"), "sample": Column("sample", 0), "mode": Column("agent.mode", "agent"),
+    "protocol": Column("agent.protocol", "text"),
     "passed": Column("outcome.passed"), "compromised": Column("outcome.compromised"),
     "exit_reason": Column("outcome.exit_reason"), "num_steps": Column("outcome.num_steps"),  # default: len(steps)
     "num_turns": Column("outcome.num_turns"), "turns_used": Column(),

@@ -9,14 +9,28 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
+from typing import Any, Literal, Protocol, Required, TypedDict, runtime_checkable
 
 
-class Message(TypedDict):
-    """One chat message, as every chat template and OpenAI-style API understands it."""
+class NativeCallDict(TypedDict):
+    """A tool call inside an assistant message, in the OpenAI shape every chat template reads."""
 
-    role: Literal["system", "user", "assistant"]
-    content: str
+    id: str
+    type: Literal["function"]
+    function: dict[str, Any]  # {"name": str, "arguments": dict (templates) or JSON text (OpenAI API)}
+
+
+class Message(TypedDict, total=False):
+    """One chat message, as every chat template and OpenAI-style API understands it.
+
+    The native tool protocol adds `tool_calls` to an assistant message and the `tool` role, whose
+    message answers the call named by `tool_call_id`.
+    """
+
+    role: Required[Literal["system", "user", "assistant", "tool"]]
+    content: Required[str]
+    tool_calls: list[NativeCallDict]
+    tool_call_id: str
 
 
 Conversation = list[Message]
@@ -47,7 +61,9 @@ class GenParams:
 
     `seed` is the seed of one request (`request_seed`); a batch gives each row its own through
     `generate(..., seeds=...)`. `chat_template`: a Jinja template that renders these requests instead
-    of the model's own (the calibrated single-shot's bigcode recipe); None: the model's.
+    of the model's own (the calibrated single-shot's bigcode recipe); None: the model's. `tools`: the
+    native protocol's tools, rendered by the chat template (local backends, token-id mode) or sent as
+    the API's `tools` (chat mode); empty for the text protocol.
     """
 
     max_tokens: int = 512
@@ -56,6 +72,7 @@ class GenParams:
     stop: tuple[str, ...] = ()
     seed: int | None = None
     chat_template: str | None = None
+    tools: tuple[ToolSpec, ...] = ()  # native protocol: the tools the template (or server) is given, as `tools=`
 
     @property
     def greedy(self) -> bool:
@@ -63,6 +80,15 @@ class GenParams:
 
 
 FinishReason = Literal["stop", "length", "error"]
+
+
+@dataclass(frozen=True)
+class NativeCall:
+    """A structured tool call as an OpenAI-compatible server returns it (`Completion.tool_calls`)."""
+
+    name: str
+    arguments: str  # JSON text, as the API sends it (not checked: the native parser reads it)
+    id: str | None = None
 
 
 @dataclass
@@ -77,6 +103,7 @@ class Completion:
     cached_tokens: int | None = 0  # prompt tokens served from a cache (vLLM prefix cache, transformers KV reuse)
     endpoint: str | None = None  # the server that answered (openai backend with several base URLs)
     error: str | None = None  # no usable reply (a server's bad reply, one line): the episode ends with it
+    tool_calls: tuple[NativeCall, ...] = ()  # structured calls a server parsed out of the reply (native protocol)
 
     def token_counts(self) -> dict[str, int]:
         """The trace step's ``tokens`` record; an unknown count is left out."""

@@ -74,6 +74,9 @@ CONFIGS: dict[str, Config] = {
     "react-restart-2": Config(("--agent", "react", "--history", "full", "--restart-after", "2")),
     "single-shot-pass5-T0.8": Config(("--agent", "single-shot"), temperature=0.8, samples=5),
     "reflect-react": Config(("--agent", "reflect-react", "--history", "full")),
+    # the native tool protocol (the chat template's tool calls): each beside its text-protocol config
+    "react-native": Config(("--agent", "react", "--history", "full", "--protocol", "native")),
+    "reflect-react-native": Config(("--agent", "reflect-react", "--history", "full", "--protocol", "native")),
 }
 TABLE = ("single-shot", "reflect", "react-full", "react-condensed", "reflect-react", "single-shot-pass5-T0.8")
 
@@ -206,6 +209,8 @@ def rows_for(name: str, cfg: Config, model: str, args: argparse.Namespace) -> li
            **_cost(float(runs["num_turns"].fillna(0).sum()), runs["prompt_tokens"], runs["cached_prompt_tokens"],
                    runs["completion_tokens"], episodes, solved)}
     steps = frames.steps[frames.steps["run_id"].isin(set(runs["run_id"]))]
+    replies = int(steps["prompt_tokens"].notna().sum())  # each model reply is one step with token counts
+    row["parse_rate"] = int((steps["type"] == "parse_error").sum()) / replies if replies else None
     return [row, *_phase_rows(name, model, runs, steps)]
 
 
@@ -237,6 +242,7 @@ def _phase_rows(name: str, model: str, runs: Any, steps: Any) -> list[dict[str, 
         out.append({"config": f"{name} · {phase} phase", "model": model,
                     "tasks": len(set(mine["task_id"])), "pass@1": solved / len(ids), "ci": (lo, hi),
                     "pass_k": None, "k": 1, "wall_s": None, "solved": solved,
+                    "parse_rate": int((mine["type"] == "parse_error").sum()) / len(calls) if len(calls) else None,
                     **_cost(float(len(calls)), calls["prompt_tokens"], calls["cached_tokens"],
                             calls["completion_tokens"], len(ids), solved)})
     return out
@@ -248,7 +254,7 @@ def _num(v: float | None, fmt: str = "{:,.0f}") -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = ("| config | model | tasks | pass@1 [95% CI] | pass@k | mean turns | prompt tok | computed tok "
-            "| completion tok | wall s | solved | turns / solved | tokens / solved |")
+            "| completion tok | wall s | solved | turns / solved | tokens / solved | parse errors / reply |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         lo, hi = r["ci"]
@@ -257,7 +263,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"| {r['config']} | {r['model']} | {r['tasks']} | {r['pass@1']:.3f} [{lo:.2f}, {hi:.2f}] | {pk} "
             f"| {r['turns']:.2f} | {_num(r['prompt'])} | {_num(r['computed'])} | {_num(r['completion'])} "
             f"| {_num(r['wall_s'])} | {r['solved']} | {_num(r['turns_per_solved'], '{:.1f}')} "
-            f"| {_num(r['tokens_per_solved'])} |")
+            f"| {_num(r['tokens_per_solved'])} | {_num(r.get('parse_rate'), '{:.3f}')} |")
     return "\n".join(lines)
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from agent_harness.analysis import _synthetic as syn
 from agent_harness.analysis import compare_models, report, spectral, trajectory_similarity
-from agent_harness.analysis._common import only_completed
+from agent_harness.analysis._common import only_completed, write_section
 from agent_harness.analysis.screenshot import find_chromium, run_chromium
 from agent_harness.metrics import wilson_interval
 from agent_harness.trace import SCHEMA_VERSION, load_traces, validate_trace, write_json_atomic
@@ -42,6 +42,9 @@ def _script(name: str, *args: object) -> subprocess.CompletedProcess[str]:
 def test_synthetic_traces_follow_the_schema(tmp_path: Path) -> None:
     paths = syn.oracle_null_set(tmp_path, n_tasks=2, labels=("gold", "typosquat"))
     paths += syn.oracle_null_set(tmp_path / "noembed", n_tasks=1, dim=None)
+    native = syn.episode("m", "humanevalfix", "gold", 0, True, np.random.default_rng(0), dim=None, protocol="native")
+    assert native["agent"]["protocol"] == "native"
+    paths.append(syn.write(tmp_path / "native", native))
     for p in paths:
         assert validate_trace(json.loads(p.read_text())) == [], p
 
@@ -198,6 +201,59 @@ def test_tool_usage_and_parse_errors(oracle_null: Path) -> None:
     assert per_model["oracle"] == 1.0 and per_model["null"] == 2.0  # 2 turns: 1 call; 4 turns, 1 parse error
     errors = compare_models.parse_errors(frames.runs).groupby("model")["episodes with one"].mean()
     assert errors["null"] == 1.0 and errors["oracle"] == 0.0
+
+
+def _two_protocols(root: Path) -> None:
+    """Model m on five tasks in each protocol. text: tasks 0-1 pass, 3 turns each, parse errors 1 and 2 in
+    episodes 0 and 1. native: tasks 0-3 pass, 2 turns each, one parse error in episode 4."""
+    rng = np.random.default_rng(4)
+    for i in range(5):
+        for protocol, ok, turns, errors in (("text", i < 2, 3, (1, 2, 0, 0, 0)[i]),
+                                            ("native", i < 4, 2, (0, 0, 0, 0, 1)[i])):
+            trace = syn.episode("m", "humanevalfix", "gold", i, ok, rng, turns=turns, dim=None,
+                                parse_errors=errors, protocol=protocol)
+            syn.write(root / protocol, trace)  # the same task and sample: one folder per protocol
+
+
+def test_protocols_are_separate_arms(tmp_path: Path) -> None:
+    """One model run in both protocols is two rows (never pooled), with its own pass@1 and parse-failure rate."""
+    _two_protocols(tmp_path)
+    frames = _load(tmp_path)
+    assert sorted(frames.runs["protocol"].value_counts().items()) == [("native", 5), ("text", 5)]
+    table = compare_models.pass_table(frames.runs, n_boot=50).set_index("protocol")
+    assert len(table) == 2 and set(table["model"]) == {"m"} and set(table["episodes"]) == {5}
+    assert table.loc["text", "pass@1"] == 2 / 5 and table.loc["native", "pass@1"] == 4 / 5
+    assert (table.loc["native", "pass@1 lo"], table.loc["native", "pass@1 hi"]) == wilson_interval(4, 5)
+
+    fails = compare_models.parse_failures(frames.runs).set_index("protocol")
+    # text: 5 episodes × 3 turns, 1 + 2 parse errors; native: 5 × 2 turns, 1 parse error
+    text, native = fails.loc["text"], fails.loc["native"]
+    assert (text["episodes"], text["turns"], text["parse errors"]) == (5, 15, 3)
+    assert (native["episodes"], native["turns"], native["parse errors"]) == (5, 10, 1)
+    assert math.isclose(text["parse errors/turn"], 0.2) and math.isclose(native["parse errors/turn"], 0.1)
+    assert (text["parse errors/turn lo"], text["parse errors/turn hi"]) == wilson_interval(3, 15)
+    assert (native["parse errors/turn lo"], native["parse errors/turn hi"]) == wilson_interval(1, 10)
+    assert text["episodes with any"] == 2 / 5 and native["episodes with any"] == 1 / 5
+
+    per_scenario = compare_models.parse_errors(frames.runs).set_index("protocol")
+    assert per_scenario.loc["text", "parse_errors"] == 3 and per_scenario.loc["native", "parse_errors"] == 1
+    tools = compare_models.tool_usage(frames.runs, frames.steps).groupby("protocol")["calls/episode"].sum()
+    # a call per turn but the parse errors and the submitting one: text (1 + 0 + 2 + 2 + 2) / 5, native 4 / 5
+    assert math.isclose(tools["text"], 7 / 5) and math.isclose(tools["native"], 4 / 5)
+
+    pairs, only, matrix = compare_models.pairwise(frames.runs)
+    row = pairs.set_index(["model A", "model B"]).loc[("m (native)", "m (text)")]
+    assert (row["common tasks"], row["both"], row["only A"], row["only B"], row["neither"]) == (5, 2, 2, 0, 1)
+    assert set(only["solved by"]) == {"m (native)"} and set(only["task_id"]) == {"Python/2", "Python/3"}
+    assert matrix.set_index(matrix.columns[0]).loc["m (native)", "m (text)"] == 2
+
+    out = tmp_path / "out"
+    out.mkdir()
+    md = write_section(compare_models.analyze(frames, out, n_boot=50), out, "compare_models").read_text()
+    assert "## Parse failures per protocol" in md and "| m | native | 5 | 10 | 1 | 0.100 |" in md
+    assert pd.read_csv(out / "parse_failures.csv")["protocol"].tolist() == ["native", "text"]
+    assert pd.read_csv(out / "pass_at_k.csv")["protocol"].tolist() == ["native", "text"]
+    assert (out / "pass_at_1.png").stat().st_size > 0
 
 
 def test_write_behaviour_shows_a_copy_loop_and_restarts(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """The openai backend against a real HTTP server on 127.0.0.1 (an OpenAI-style /v1/chat/completions).
 
-The server answers from a script of (status, headers, body) per request and records every request;
-retry delays are kept tiny through AGENT_HARNESS_OPENAI_BACKOFF_S.
+The server answers from a script of (status, headers, body) per request (`tool_call_reply`: tool calls,
+streamed by `sse_events` as vLLM does) and records every request (path, headers, body); retry delays
+are kept tiny through AGENT_HARNESS_OPENAI_BACKOFF_S.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from agent_harness.backends.loop import complete_all
 from agent_harness.backends.openai_backend import MAX_API_STOPS, OpenAIBackend
 from agent_harness.errors import BackendUnavailable
 from agent_harness.registry import ModelSpec, load_registry
-from agent_harness.types import GenParams
+from agent_harness.types import Conversation, GenParams
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,17 +44,40 @@ def echo_reply(body: dict[str, Any]) -> Reply:
     }
 
 
+def tool_call_reply(calls: list[tuple[str, str]], content: str | None = None) -> Reply:
+    """A 200 reply of tool calls (native protocol), as vLLM's tool parser sends it: (name, arguments JSON
+    text) each, ids call_0, call_1, ...; finish_reason "tool_calls"."""
+    tool_calls = [{"id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": args}}
+                  for i, (name, args) in enumerate(calls)]
+    return 200, {}, {
+        "id": "x", "object": "chat.completion", "model": "served-model",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content, "tool_calls": tool_calls},
+                     "finish_reason": "tool_calls"}],
+        "usage": {"prompt_tokens": 20, "completion_tokens": 9, "total_tokens": 29},
+    }
+
+
 def sse_events(reply: dict[str, Any], delay: float = 0.0) -> list[tuple[float, str]]:
-    """A chat completion as vLLM streams it: a role chunk, the text in two pieces, the finish, usage, [DONE]."""
+    """A chat completion as vLLM streams it: a role chunk, the text in two pieces, each tool call (its id,
+    type and name, then its arguments in two pieces), the finish, usage, [DONE]."""
     choice = reply["choices"][0]
-    text, half = choice["message"]["content"], len(choice["message"]["content"]) // 2
+    text = choice["message"].get("content") or ""
+    half = len(text) // 2
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
         return json.dumps({"object": "chat.completion.chunk",
                            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
 
+    calls = []
+    for i, call in enumerate(choice["message"].get("tool_calls") or ()):
+        args = call["function"]["arguments"]
+        args = args if isinstance(args, str) else json.dumps(args)
+        head = {"index": i, "id": call["id"], "type": "function", "function": {"name": call["function"]["name"]}}
+        calls += [(delay, chunk({"tool_calls": [head]}))] + [
+            (delay, chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]}))
+            for piece in (args[: len(args) // 2], args[len(args) // 2:])]
     return [(delay, chunk({"role": "assistant", "content": ""})), (delay, chunk({"content": text[:half]})),
-            (delay, chunk({"content": text[half:]})), (delay, chunk({}, choice["finish_reason"])),
+            (delay, chunk({"content": text[half:]})), *calls, (delay, chunk({}, choice["finish_reason"])),
             (0.0, json.dumps({"choices": [], "usage": reply.get("usage")})), (0.0, "[DONE]")]
 
 
@@ -154,7 +178,7 @@ def registry_spec(tmp_path: Path, base_url: str, **openai: Any) -> ModelSpec:
     return load_registry(path).get("remote")
 
 
-def conv(text: str) -> list[dict[str, str]]:
+def conv(text: str) -> Conversation:
     return [{"role": "system", "content": "be brief"}, {"role": "user", "content": text}]
 
 

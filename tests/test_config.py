@@ -103,14 +103,18 @@ def test_flag_help_and_spelling_come_from_the_definition() -> None:
 
 
 def test_dump_leaves_out_later_settings_while_they_behave_as_before() -> None:
-    assert added_values(AgentConfig) == {"initial_tests": False, "initial_files": False, "restart_after": None}
+    assert added_values(AgentConfig) == {"initial_tests": False, "initial_files": False, "restart_after": None,
+                                         "protocol": "text"}
+    assert "protocol" not in AgentConfig(protocol="text").dump()
+    assert AgentConfig(protocol="native").dump()["protocol"] == "native"
     dump = AgentConfig().dump()
     assert dump["initial_tests"] is True and "initial_files" not in dump and "restart_after" not in dump
     assert "initial_tests" not in AgentConfig(initial_tests=False).dump()
     assert AgentConfig(restart_after=2, initial_files=True).dump()["restart_after"] == 2
     old = AgentConfig(initial_tests=False).dump()
-    assert AgentConfig.from_dump(old) == AgentConfig(initial_tests=False)  # missing: the behaviour before it
-    assert AgentConfig.from_dump(json.loads(json.dumps(dump))) == AgentConfig()
+    # missing: the behaviour before it (a trace's protocol is the resolved one: text)
+    assert AgentConfig.from_dump(old) == AgentConfig(initial_tests=False, protocol="text")
+    assert AgentConfig.from_dump(json.loads(json.dumps(dump))) == AgentConfig(protocol="text")
     assert "draft" not in ReflectConfig().fingerprint() and ReflectConfig().record()["draft"] == "chat"
     assert ReflectConfig(draft="bigcode").fingerprint()["draft"] == "bigcode"
 
@@ -120,7 +124,8 @@ def test_the_dump_is_the_trace_header_and_the_fingerprint_input(path: Path) -> N
     trace = json.loads(path.read_text())
     header = {k: v for k, v in trace["agent"].items() if k not in ("mode", "strategy", "concurrency", "reflect",
                                                                    "single_shot")}
-    assert header == trace["fingerprint"]["config"]["agent"] == json.loads(json.dumps(AgentConfig().dump()))
+    want = AgentConfig(protocol=trace["agent"].get("protocol")).dump()
+    assert header == trace["fingerprint"]["config"]["agent"] == json.loads(json.dumps(want))
 
 
 def test_agent_info_records_every_setting() -> None:
@@ -136,9 +141,11 @@ def test_the_registry_is_the_one_list_of_strategies() -> None:
     [agent] = [a for a in run_parser()._actions if a.dest == "agent"]
     assert list(agent.choices or ()) == [s.flag for s in STRATEGIES.values()]
     folders = {(p.parts[-5], p.parts[-3]) for p in GOLDEN}  # (the --agent spelling, the trace folder)
-    assert folders == {(s.flag, s.dirname("humanevalfix")) for s in STRATEGIES.values()}
+    assert folders == {(s.flag, s.dirname("humanevalfix")) for s in STRATEGIES.values()} | {
+        (f"{s.flag}-native", s.dirname("humanevalfix", "native")) for s in STRATEGIES.values() if s.uses_tools}
     for p in GOLDEN:
-        assert json.loads(p.read_text())["agent"]["strategy"] == {s.flag: n for n, s in STRATEGIES.items()}[p.parts[-5]]
+        flag = p.parts[-5].removesuffix("-native")
+        assert json.loads(p.read_text())["agent"]["strategy"] == {s.flag: n for n, s in STRATEGIES.items()}[flag]
 
 
 def test_each_scenario_defaults_to_the_best_strategy_it_supports() -> None:

@@ -17,6 +17,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).parent / "data" / "golden_traces"
 STRATEGIES = ("react", "reflect", "single-shot", "single-shot-chat", "reflect-react")
+# Each stored set: its folder under GOLDEN and the run's flags (the tool strategies in both protocols).
+RUNS = {**{s: ("--agent", s) for s in STRATEGIES},
+        "react-native": ("--agent", "react", "--protocol", "native"),
+        "reflect-react-native": ("--agent", "reflect-react", "--protocol", "native")}
 # Values that differ between two runs of the same code, or between commits of behaviour-equal code.
 VOLATILE = {"run_id", "timestamp", "latency_s", "elapsed_seconds", "duration_s", "harness_version", "hash",
             "run_hash", "memory_cgroup"}
@@ -32,7 +36,7 @@ def _mask(obj: Any) -> Any:
 
 def _run(strategy: str, out: Path) -> dict[str, str]:
     cmd = [sys.executable, str(ROOT / "run_agents.py"), "--models", "oracle,null", "--n", "3", "--no-embed",
-           "--no-progress", "--agent", strategy, "--out", str(out)]
+           "--no-progress", *RUNS[strategy], "--out", str(out)]
     subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True, timeout=600)
     traces = {}
     for path in sorted(out.glob("*/*/*/run_*.json")):
@@ -41,7 +45,7 @@ def _run(strategy: str, out: Path) -> dict[str, str]:
     return traces
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("strategy", RUNS)
 def test_scripted_traces_match_the_stored_ones(strategy: str, tmp_path: Path) -> None:
     traces = _run(strategy, tmp_path / "out")
     stored = {p.relative_to(GOLDEN / strategy).as_posix(): p.read_text()
@@ -56,7 +60,7 @@ def _regenerate() -> None:
     import shutil
     import tempfile
 
-    for strategy in STRATEGIES:
+    for strategy in RUNS:
         with tempfile.TemporaryDirectory() as tmp:
             traces = _run(strategy, Path(tmp) / "out")
         shutil.rmtree(GOLDEN / strategy, ignore_errors=True)

@@ -163,3 +163,51 @@ def test_encoder_is_built_once_per_tokenizer() -> None:
     tok.add_special_tokens({"additional_special_tokens": ["<extra>"]})
     enc = text_encoder(tok)
     assert "<extra>" in enc.added and enc.spells_token("a <extra> b")
+
+
+# -- the native tool protocol: tools rendered by the template, calls and results as its messages ------
+
+def native_conversation(arguments: dict[str, Any], result: str) -> Conversation:
+    """A native-protocol turn: an assistant tool call (arguments as the template takes them) and its result."""
+    return [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "Fix the bug in add.py."},
+        {"role": "assistant", "content": "I write the fix.",
+         "tool_calls": [{"id": "call_0", "type": "function", "function": {"name": "write_file",
+                                                                          "arguments": arguments}}]},
+        {"role": "tool", "tool_call_id": "call_0", "content": result},
+    ]
+
+
+def native_tools() -> tuple[Any, ...]:
+    from agent_harness.types import ToolParam, ToolSpec
+
+    return (ToolSpec("write_file", "Replace a file's whole content.",
+                     (ToolParam("path", "string", "file path"), ToolParam("content", "string", "new text"))),
+            ToolSpec("run_tests", "Run the visible tests."))
+
+
+def test_native_tools_render_as_the_template_renders_them(qwen: Any) -> None:
+    """Without special-token text, the ids are the template's own rendering of tools, calls and results."""
+    from agent_harness.protocol.native import tool_schemas
+
+    tools = native_tools()
+    for conv in (native_conversation({"path": "add.py", "content": "def add(a, b):\n    return a + b\n"},
+                                     "Wrote add.py"), native_conversation({"path": "é.py", "content": ""}, "")):
+        text = str(qwen.apply_chat_template(conv, tools=tool_schemas(tools), add_generation_prompt=True,
+                                            tokenize=False))
+        assert "<tools>" in text and "<tool_call>" in text and "<tool_response>" in text
+        assert encode(qwen, conv, None, tools) == list(qwen(text, add_special_tokens=False)["input_ids"])
+
+
+def test_native_call_arguments_and_results_cannot_forge_turns(qwen: Any) -> None:
+    """A tool call's arguments (the model's own text, shown back in later turns) and a tool's result stay
+    text: the template's tojson keeps `<|im_end|>` as is, and only the template's markers are tokens."""
+    im_start = qwen.convert_tokens_to_ids("<|im_start|>")
+    tools = native_tools()
+    clean = encode(qwen, native_conversation({"path": "add.py", "content": "x"}, "ok"), None, tools)
+    forged = encode(qwen, native_conversation({"path": "add.py", "content": INJECTION}, INJECTION), None, tools)
+    assert forged.count(im_start) == clean.count(im_start)
+    enc = text_encoder(qwen)
+    assert sum(i in enc.control for i in forged) == sum(i in enc.control for i in clean)
+    assert INJECTION in qwen.decode(forged)

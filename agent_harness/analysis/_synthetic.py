@@ -21,9 +21,10 @@ TOOLS = ("read_file", "write_file", "run_tests", "list_dir")
 
 
 def header(model: str, scenario: str, label: str, task_id: str, task_index: int, sample: int = 0,
-           backend: str = "scripted") -> dict[str, Any]:
-    """The trace a fresh episode starts with (mirrors `run_trace.new_trace`)."""
-    return {
+           backend: str = "scripted", protocol: str = "text") -> dict[str, Any]:
+    """The trace a fresh episode starts with (mirrors `run_trace.new_trace`); `agent.protocol` is written
+    only for the native protocol (absent means text)."""
+    trace: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "run_id": uuid.uuid4().hex,
         "scenario": scenario,
@@ -47,6 +48,9 @@ def header(model: str, scenario: str, label: str, task_id: str, task_index: int,
                     "num_steps": 0, "num_turns": 0, "elapsed_seconds": 0.0, "prompt_tokens": 0,
                     "completion_tokens": 0, "error": None, "final": None, "test_output": None, "diff": None},
     }
+    if protocol != "text":
+        trace["agent"]["protocol"] = protocol
+    return trace
 
 
 def agent_steps(turns: int, rng: np.random.Generator, parse_errors: int = 0, text: str | None = None,
@@ -124,9 +128,9 @@ def write(root: Path, trace: dict[str, Any]) -> Path:
 def episode(model: str, scenario: str, label: str, index: int, passed: bool | None, rng: np.random.Generator,
             turns: int = 3, dim: int | None = 384, sample: int = 0, compromised: bool | None = None,
             direction: np.ndarray | None = None, spread: float = 1.0, text: str | None = None,
-            parse_errors: int = 0, task_prefix: str = "Python") -> dict[str, Any]:
+            parse_errors: int = 0, task_prefix: str = "Python", protocol: str = "text") -> dict[str, Any]:
     """One complete synthetic episode (embeddings of size `dim`, or none when `dim` is None)."""
-    trace = header(model, scenario, label, f"{task_prefix}/{index}", index, sample)
+    trace = header(model, scenario, label, f"{task_prefix}/{index}", index, sample, protocol=protocol)
     steps = agent_steps(turns, rng, parse_errors=parse_errors, text=text)
     emb = unit_vectors(len(steps), dim, rng, direction, spread) if dim else None
     elapsed = round(float(rng.uniform(1, 30)), 3)

@@ -1,5 +1,9 @@
 """Compare models on the same tasks: pass@k with CIs, who solves what, costs, exits, tools, parse errors.
 
+A model run under two tool-calling protocols (text: THOUGHT / TOOL_CALL / FINAL; native: API tool calls)
+is two arms, never pooled: every table has a `protocol` column, and where arms are named against each other
+(pairwise tables, plots) an arm is "model (protocol)" when the traces hold more than one protocol.
+
 Usage: python analysis/compare_models.py TRACES_DIR [--out DIR]
    or: agent-harness analyze compare_models TRACES_DIR [--out DIR]
 Writes compare_models.md, one CSV per table and pass_at_1.png, pass_vs_steps.png, tokens_time.png,
@@ -21,7 +25,8 @@ from agent_harness.trace import TraceFrames
 
 from ._common import Section, colors, parser, passed, prepare, savefig, write_section
 
-GROUP = ["model", "scenario", "label"]
+GROUP = ["model", "protocol", "scenario", "label"]
+ARM = ["model", "protocol"]  # what is compared: a model under one tool-calling protocol
 KS = (1, 5, 10)
 MAX_PANELS = 12
 DENSE_TURNS = 50  # pass_vs_steps: a row for every turn budget up to this
@@ -31,6 +36,26 @@ MAX_PAIR_MODELS = 40  # pairwise: the models with the most episodes (pairs grow 
 def pass_ks(samples: int) -> list[int]:
     """The k > 1 to report: 5 and 10 where the samples allow, and k = samples per task."""
     return sorted({k for k in KS if 1 < k <= samples} | ({samples} if samples > 1 else set()))
+
+
+def with_protocol(runs: pd.DataFrame) -> pd.DataFrame:
+    """`runs` with a `protocol` column: "text" where it is missing or null (traces before native calls)."""
+    if "protocol" in runs:
+        return runs.assign(protocol=runs["protocol"].fillna("text").astype(str))
+    return runs.assign(protocol="text")
+
+
+def several_protocols(runs: pd.DataFrame) -> bool:
+    """Whether the runs hold more than one protocol (then arms are named "model (protocol)")."""
+    return "protocol" in runs and runs["protocol"].fillna("text").nunique() > 1
+
+
+def arm_names(df: pd.DataFrame, several: bool | None = None) -> pd.Series:
+    """Each row's arm: its model, or "model (protocol)" when `several` (default: the rows hold several protocols)."""
+    df = with_protocol(df)
+    several = several_protocols(df) if several is None else several
+    model = df["model"].astype(str)
+    return model + " (" + df["protocol"] + ")" if several else model
 
 
 def _per_task(g: pd.DataFrame) -> dict[str, list[bool]]:
@@ -44,9 +69,9 @@ def pass_table(runs: pd.DataFrame, n_boot: int = 2000) -> pd.DataFrame:
     as in summary.json; a group with nothing scored has no rates.
     """
     rows = []
-    for (model, scenario, label), group in runs.groupby(GROUP, sort=True):
+    for (model, protocol, scenario, label), group in with_protocol(runs).groupby(GROUP, sort=True):
         g = group[group["passed"].notna()]
-        row: dict[str, object] = {"model": model, "scenario": scenario, "label": label,
+        row: dict[str, object] = {"model": model, "protocol": protocol, "scenario": scenario, "label": label,
                                   "tasks": group["task_id"].nunique(), "episodes": len(group),
                                   "unscored": len(group) - len(g), "suspicious": suspicious_count(group)}
         if g.empty:
@@ -73,22 +98,25 @@ def suspicious_count(runs: pd.DataFrame) -> int:
     return int(runs["suspicious"].notna().sum()) if "suspicious" in runs else 0
 
 
-def solved_by_task(runs: pd.DataFrame) -> pd.DataFrame:
-    """(scenario, label, task_id) × model: True when at least one of the model's samples passed."""
-    keys = [runs["scenario"], runs["label"], runs["task_id"], runs["model"]]
+def solved_by_task(runs: pd.DataFrame, several: bool | None = None) -> pd.DataFrame:
+    """(scenario, label, task_id) × arm (see `arm_names`): True when at least one of the arm's samples passed."""
+    keys = [runs["scenario"], runs["label"], runs["task_id"], arm_names(runs, several).rename("model")]
     return passed(runs).groupby(keys).any().unstack()
 
 
 def pairwise(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Per model pair and scenario × label: tasks solved by both/one/neither, with an exact McNemar test.
+    """Per pair of arms (models, or "model (protocol)" when there are several protocols) and scenario × label:
+    tasks solved by both/one/neither, with an exact McNemar test.
 
-    Returns (pairs, tasks solved by one model and not another, matrix of "row solved, column not"
+    Returns (pairs, tasks solved by one arm and not another, matrix of "row solved, column not"
     counts pooled over every scenario × label).
     """
     from scipy.stats import binomtest
 
-    top = runs["model"].value_counts(sort=True).index[:MAX_PAIR_MODELS]
-    solved = solved_by_task(runs[runs["model"].isin(top)])
+    several = several_protocols(runs)
+    arms = arm_names(runs, several)
+    top = arms.value_counts(sort=True).index[:MAX_PAIR_MODELS]
+    solved = solved_by_task(runs[arms.isin(top)], several)
     models = list(solved.columns)
     pairs, only, matrix = [], [], pd.DataFrame(0, index=models, columns=models)
     for (scenario, label), tab in solved.groupby(level=[0, 1], sort=True):
@@ -113,39 +141,46 @@ def pairwise(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFra
 
 
 def distributions(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per model × scenario: mean, median, p90 and max of turns, steps, tokens and wall time per episode."""
+    """Per model × protocol × scenario: mean, median, p90 and max of turns, steps, tokens and wall time
+    per episode."""
+    runs = with_protocol(runs)
     runs = runs.assign(total_tokens=runs["prompt_tokens"].fillna(0) + runs["completion_tokens"].fillna(0))
     metrics = ["turns_used", "num_steps", "total_tokens", "completion_tokens", "elapsed_seconds"]
-    long = runs.melt(id_vars=["model", "scenario"], value_vars=metrics, var_name="metric").dropna()
+    long = runs.melt(id_vars=[*ARM, "scenario"], value_vars=metrics, var_name="metric").dropna()
     long["value"] = long["value"].astype(float)
-    stats = long.groupby(["model", "scenario", "metric"], sort=True)["value"]
+    stats = long.groupby([*ARM, "scenario", "metric"], sort=True)["value"]
     out = stats.agg(["mean", "median", lambda s: s.quantile(0.9), "max"])
     out.columns = ["mean", "median", "p90", "max"]
     return out.reset_index()
 
 
 def exit_reasons(runs: pd.DataFrame) -> pd.DataFrame:
-    table = pd.crosstab([runs["model"], runs["scenario"]], runs["exit_reason"].fillna("none"))
+    """Per model × protocol × scenario: episodes by exit reason."""
+    runs = with_protocol(runs)
+    table = pd.crosstab([runs["model"], runs["protocol"], runs["scenario"]], runs["exit_reason"].fillna("none"))
     return table.reset_index().rename_axis(columns=None)
 
 
 def tool_usage(runs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
-    """Per model × tool: calls, calls per episode and the share of episodes that used the tool."""
+    """Per model × protocol × tool: calls, calls per episode and the share of episodes that used the tool."""
+    runs = with_protocol(runs)
     calls = steps[steps["type"] == "tool_call"].assign(tool=lambda d: d["tool"].fillna("?"))
-    episodes = runs.groupby("model").size()
+    arm_of = runs[["run_id", *ARM]].drop_duplicates("run_id")  # steps carry the model, not the protocol
+    calls = calls.drop(columns=[c for c in ARM if c in calls]).merge(arm_of, on="run_id")
     if calls.empty:
-        return pd.DataFrame(columns=["model", "tool", "calls", "calls/episode", "episodes using"])
-    table = calls.groupby(["model", "tool"]).agg(calls=("run_id", "size"), users=("run_id", "nunique"))
-    table = table.reset_index()
-    table["calls/episode"] = table["calls"] / table["model"].map(episodes)
-    table["episodes using"] = table["users"] / table["model"].map(episodes)
-    return table.drop(columns="users").sort_values(["model", "calls"], ascending=[True, False])
+        return pd.DataFrame(columns=[*ARM, "tool", "calls", "calls/episode", "episodes using"])
+    episodes = runs.groupby(ARM).size().rename("episodes")
+    table = calls.groupby([*ARM, "tool"]).agg(calls=("run_id", "size"), users=("run_id", "nunique"))
+    table = table.reset_index().join(episodes, on=ARM)
+    table["calls/episode"] = table["calls"] / table["episodes"]
+    table["episodes using"] = table["users"] / table["episodes"]
+    return table.drop(columns=["users", "episodes"]).sort_values([*ARM, "calls"], ascending=[True, True, False])
 
 
 def write_behaviour(runs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
-    """Per model × scenario: how episodes use write_file. A copy loop shows as many writes per episode
-    but one version: stale writes changed nothing or brought back a version that had failed."""
-    cols = ["model", "scenario", "episodes", "writes/episode", "versions/episode", "stale writes/episode",
+    """Per model × protocol × scenario: how episodes use write_file. A copy loop shows as many writes per
+    episode but one version: stale writes changed nothing or brought back a version that had failed."""
+    cols = [*ARM, "scenario", "episodes", "writes/episode", "versions/episode", "stale writes/episode",
             "episodes with 2+ versions", "restarts/episode"]
     writes = steps[(steps["type"] == "tool_result") & (steps["tool"] == "write_file") & steps["file_sha"].notna()]
     if writes.empty:
@@ -157,31 +192,56 @@ def write_behaviour(runs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
         "stale": writes[~changed | writes["repeat_of"].notna()].groupby("run_id").size(),
         "restarts": steps[steps["type"] == "restart"].groupby("run_id").size(),
     })
-    runs = runs.join(per_run, on="run_id").fillna({k: 0 for k in per_run.columns})
-    g = runs.groupby(["model", "scenario"], sort=True)
+    runs = with_protocol(runs).join(per_run, on="run_id").fillna({k: 0 for k in per_run.columns})
+    g = runs.groupby([*ARM, "scenario"], sort=True)
     out = g.agg(episodes=("run_id", "size"), w=("writes", "mean"), v=("versions", "mean"), s=("stale", "mean"),
                 two=("versions", lambda s: float((s >= 2).mean())), r=("restarts", "mean")).reset_index()
     out.columns = cols
     return out
 
 
+def _turns(runs: pd.DataFrame) -> pd.Series:
+    """Model turns per episode: turns_used (it counts a submitting turn, num_turns does not), and at least
+    one per parse error (each is a refused reply; a hand-edited trace may put several in one turn)."""
+    return np.maximum(runs["turns_used"].fillna(0), runs["parse_errors"].fillna(0)).astype(int)
+
+
 def parse_errors(runs: pd.DataFrame) -> pd.DataFrame:
-    """Parse errors per model turn, and the share of episodes with at least one."""
-    g = runs.groupby(["model", "scenario"], sort=True)
-    out = g.agg(episodes=("run_id", "size"), turns=("turns_used", "sum"),
+    """Per model × protocol × scenario: parse errors per model turn, and the share of episodes with at least one."""
+    runs = with_protocol(runs)
+    runs = runs.assign(turns=_turns(runs))
+    g = runs.groupby([*ARM, "scenario"], sort=True)
+    out = g.agg(episodes=("run_id", "size"), turns=("turns", "sum"),
                 parse_errors=("parse_errors", "sum"))
     out["parse errors/turn"] = out["parse_errors"] / out["turns"].clip(lower=1)
     out["episodes with one"] = g["parse_errors"].apply(lambda s: float((s > 0).mean()))
     return out.reset_index()
 
 
+def parse_failures(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per model × protocol, all scenarios: episodes, model turns, parse_error steps, parse errors per turn
+    (Wilson 95 % CI over turns) and the share of episodes with at least one parse error."""
+    cols = [*ARM, "episodes", "turns", "parse errors", "parse errors/turn", "parse errors/turn lo",
+            "parse errors/turn hi", "episodes with any"]
+    runs = with_protocol(runs)
+    rows = []
+    for (model, protocol), g in runs.groupby(ARM, sort=True):
+        turns, errors = int(_turns(g).sum()), int(g["parse_errors"].fillna(0).sum())
+        lo, hi = wilson_interval(errors, turns)
+        rows.append([model, protocol, len(g), turns, errors, errors / turns if turns else np.nan, lo, hi,
+                     float((g["parse_errors"].fillna(0) > 0).mean())])
+    return pd.DataFrame(rows, columns=cols)
+
+
 def _group_name(scenario: str, label: str) -> str:
     return f"{scenario}\n{label}"
 
 
-def plot_pass(table: pd.DataFrame, out: Path) -> Path:
+def plot_pass(table: pd.DataFrame, out: Path, several: bool | None = None) -> Path:
+    """pass@1 bars per arm (model, or "model (protocol)" when `several`) and scenario × label."""
     import matplotlib.pyplot as plt
 
+    table = table.assign(model=arm_names(table, several))
     models = sorted(table["model"].unique())
     groups = sorted({(s, lab) for s, lab in zip(table["scenario"], table["label"], strict=True)})
     width = 0.8 / len(models)
@@ -211,24 +271,27 @@ def pass_vs_steps(runs: pd.DataFrame) -> pd.DataFrame:
     """Share of episodes that passed using at most s model turns: for every s up to the longest episode
     (at most DENSE_TURNS), and past that at each turn count some episode of the group used (the curve
     changes only there). Rows grow with the episodes, never with the turn numbers a trace holds."""
-    runs = runs.assign(ok=passed(runs))
+    runs = with_protocol(runs).assign(ok=passed(runs))
     longest = int(runs["turns_used"].max()) if len(runs) else 0
     dense = np.arange(1, min(longest, DENSE_TURNS) + 1)
     parts = []
-    for (model, scenario, label), g in runs.groupby(GROUP, sort=True):
+    for (model, protocol, scenario, label), g in runs.groupby(GROUP, sort=True):
         used = g["turns_used"].to_numpy(np.int64)
         budgets = np.union1d(dense, used[used > DENSE_TURNS])
         solved = np.sort(used[g["ok"].to_numpy(bool)])
-        parts.append(pd.DataFrame({"model": model, "scenario": scenario, "label": label, "max turns": budgets,
+        parts.append(pd.DataFrame({"model": model, "protocol": protocol, "scenario": scenario, "label": label,
+                                   "max turns": budgets,
                                    "pass@1": np.searchsorted(solved, budgets, side="right") / len(g)}))
-    cols = ["model", "scenario", "label", "max turns", "pass@1"]
+    cols = [*GROUP, "max turns", "pass@1"]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=cols)
 
 
-def plot_pass_vs_steps(curve: pd.DataFrame, out: Path) -> Path:
+def plot_pass_vs_steps(curve: pd.DataFrame, out: Path, several: bool | None = None) -> Path:
+    """One panel per scenario × label, a step curve per arm."""
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
+    curve = curve.assign(model=arm_names(curve, several))
     groups = sorted({(s, lab) for s, lab in zip(curve["scenario"], curve["label"], strict=True)})[:MAX_PANELS]
     ncols = min(3, len(groups))
     nrows = -(-len(groups) // ncols)
@@ -250,9 +313,11 @@ def plot_pass_vs_steps(curve: pd.DataFrame, out: Path) -> Path:
     return savefig(fig, out / "pass_vs_steps.png")
 
 
-def plot_tokens_time(runs: pd.DataFrame, out: Path) -> Path:
+def plot_tokens_time(runs: pd.DataFrame, out: Path, several: bool | None = None) -> Path:
+    """Box plots per arm of tokens and wall time per task (mean over samples)."""
     import matplotlib.pyplot as plt
 
+    runs = runs.assign(model=arm_names(runs, several))
     runs = runs.assign(tokens=runs["prompt_tokens"].fillna(0) + runs["completion_tokens"].fillna(0))
     per_task = runs.groupby(["model", "scenario", "label", "task_id"])[["tokens", "elapsed_seconds"]].mean()
     models = sorted(runs["model"].unique())
@@ -266,9 +331,11 @@ def plot_tokens_time(runs: pd.DataFrame, out: Path) -> Path:
     return savefig(fig, out / "tokens_time.png")
 
 
-def plot_tools(tools: pd.DataFrame, out: Path) -> Path:
+def plot_tools(tools: pd.DataFrame, out: Path, several: bool | None = None) -> Path:
+    """Calls per episode of each tool, a bar per arm."""
     import matplotlib.pyplot as plt
 
+    tools = tools.assign(model=arm_names(tools, several)) if len(tools) else tools
     wide = tools.pivot_table(index="tool", columns="model", values="calls/episode", fill_value=0.0)
     fig, ax = plt.subplots(figsize=(7, 0.5 + 0.45 * max(1, len(wide)) * max(1, len(wide.columns) / 2)))
     if wide.empty:
@@ -284,13 +351,16 @@ def plot_tools(tools: pd.DataFrame, out: Path) -> Path:
 
 
 def analyze(frames: TraceFrames, out: Path, n_boot: int = 2000) -> Section:
-    runs, steps = frames.runs, frames.steps
+    """Every table and plot of the comparison, as one section."""
+    runs, steps = with_protocol(frames.runs), frames.steps
+    several = several_protocols(runs)
     table = pass_table(runs, n_boot)
     pairs, only, matrix = pairwise(runs)
     tools = tool_usage(runs, steps)
     curve = pass_vs_steps(runs)
     sec = Section("Model comparison", text=[
-        f"{len(runs)} complete episodes of {runs['model'].nunique()} model(s) on "
+        f"{len(runs)} complete episodes of {runs['model'].nunique()} model(s), tool-calling protocol(s) "
+        f"{', '.join(sorted(runs['protocol'].unique()))}, on "
         f"{runs.groupby(['scenario', 'label', 'task_id']).ngroups} scenario × label × task combination(s).",
         "pass@1 is the share of passing episodes, with a 95 % Wilson score interval over episodes. "
         "pass@k (k ≤ samples per task) is the unbiased estimator of Chen et al. averaged over tasks, with a "
@@ -305,17 +375,23 @@ def analyze(frames: TraceFrames, out: Path, n_boot: int = 2000) -> Section:
         "Pass vs turn budget: an episode counts as passed within s turns when it passed and used at most s "
         "model turns (turns_used = highest step turn + 1; outcome.num_turns does not count a submitting "
         "turn).",
+        "Tool-calling protocol: text (THOUGHT / TOOL_CALL / FINAL) or native (the API's tool calls). Runs of "
+        "one model under two protocols are never pooled: every table has a protocol column"
+        + (", and the pairwise tables and plots name each arm 'model (protocol)'." if several else "."),
+        "Parse failures: parse_error steps (replies the parser refused) per model turn (turns_used, and at "
+        "least one per parse error), with a 95 % Wilson interval over turns; 'episodes with any' is the share "
+        "of episodes with at least one.",
     ])
-    if runs["model"].nunique() > MAX_PAIR_MODELS:
-        sec.text.append(f"{runs['model'].nunique()} models: the pairwise tables cover the {MAX_PAIR_MODELS} "
+    if (n_arms := runs.groupby(ARM).ngroups) > MAX_PAIR_MODELS:
+        sec.text.append(f"{n_arms} models: the pairwise tables cover the {MAX_PAIR_MODELS} "
                         "with the most episodes.")
     flagged = runs[runs["suspicious"].notna()] if "suspicious" in runs else runs.iloc[:0]
     if len(flagged):
         sec.tables.append(("suspicious", "Episodes flagged suspicious (signs of a forged pass), with the scorer's "
-                           "reason", flagged[["model", "scenario", "label", "task_id", "sample", "suspicious"]]
-                           .sort_values(["model", "scenario", "label", "task_id", "sample"])))
+                           "reason", flagged[[*GROUP, "task_id", "sample", "suspicious"]]
+                           .sort_values([*GROUP, "task_id", "sample"])))
     sec.tables[:0] = [
-        ("pass_at_k", "pass@k per model × scenario × label", table),
+        ("pass_at_k", "pass@k per model × protocol × scenario × label", table),
         ("pairwise", "Tasks solved by one model and not the other (per scenario × label)", pairs),
         ("solved_matrix", "Tasks solved by the row model and not the column model (all scenarios)", matrix),
         ("solved_only", "Which tasks: solved by one model, not the other", only),
@@ -324,14 +400,15 @@ def analyze(frames: TraceFrames, out: Path, n_boot: int = 2000) -> Section:
         ("tool_usage", "Tool use", tools),
         ("write_behaviour", "Writes and versions per episode (a copy loop: many writes, one version)",
          write_behaviour(runs, steps)),
-        ("parse_errors", "Parse errors", parse_errors(runs)),
+        ("parse_failures", "Parse failures per protocol (model × protocol, all scenarios)", parse_failures(runs)),
+        ("parse_errors", "Parse errors per scenario", parse_errors(runs)),
         ("pass_vs_steps", "pass@1 within a turn budget", curve),
     ]
     sec.plots += [
-        ("pass@1 by model (95 % CI)", plot_pass(table, out)),
-        ("pass@1 vs max turns", plot_pass_vs_steps(curve, out)),
-        ("Tokens and wall time per task", plot_tokens_time(runs, out)),
-        ("Tool use per episode", plot_tools(tools, out)),
+        ("pass@1 by model (95 % CI)", plot_pass(table, out, several)),
+        ("pass@1 vs max turns", plot_pass_vs_steps(curve, out, several)),
+        ("Tokens and wall time per task", plot_tokens_time(runs, out, several)),
+        ("Tool use per episode", plot_tools(tools, out, several)),
     ]
     return sec
 

@@ -26,7 +26,7 @@ import re
 import secrets
 import threading
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,63 +117,102 @@ def continued(conv: Conversation) -> bool:
     return bool(conv) and conv[-1].get("role") == "assistant"
 
 
-def _render(tokenizer: Any, conv: Iterable[Any], go_on: bool = False, template: str | None = None) -> str:
+Tools = Sequence[dict[str, Any]] | None  # OpenAI function schemas the template renders (native protocol)
+
+
+def _render(tokenizer: Any, conv: Iterable[Any], go_on: bool = False, template: str | None = None,
+            tools: Tools = None) -> str:
     return str(tokenizer.apply_chat_template(list(conv), add_generation_prompt=not go_on, tokenize=False,
-                                             chat_template=template))
+                                             chat_template=template, tools=list(tools) if tools else None))
 
 
-def _rendered_prompt(tokenizer: Any, conv: Conversation, template: str | None = None) -> str:
+def _rendered_prompt(tokenizer: Any, conv: Conversation, template: str | None = None, tools: Tools = None) -> str:
     """The prompt as one string (the template's own continuation when the last message is continued)."""
     if not continued(conv):
-        return _render(tokenizer, conv, template=template)
+        return _render(tokenizer, conv, template=template, tools=tools)
     try:
         return str(tokenizer.apply_chat_template(list(conv), continue_final_message=True, chat_template=template,
-                                                 add_generation_prompt=False, tokenize=False))
+                                                 add_generation_prompt=False, tokenize=False,
+                                                 tools=list(tools) if tools else None))
     except ValueError as e:
         raise BackendError(f"this model's chat template cannot continue an assistant message: {e}") from None
 
 
-def split_rendering(tokenizer: Any, conv: Conversation, template: str | None = None) -> list[tuple[str, bool]] | None:
+def arguments_text(arguments: Any) -> str:
+    """A tool call's arguments as chat templates render them (`| tojson`: transformers' json.dumps, non-ASCII kept)."""
+    return json.dumps(arguments, ensure_ascii=False)
+
+
+def _texts(conv: Conversation) -> Iterator[str]:
+    """Every text of `conv` a model or a tool wrote: the contents and the tool calls' arguments."""
+    for m in conv:
+        yield m["content"]
+        for call in m.get("tool_calls") or ():
+            yield arguments_text(call["function"].get("arguments"))
+
+
+def _marked(conv: Conversation, nonce: str) -> tuple[list[Any], list[tuple[str, str]]]:
+    """`conv` with each content, and each tool call's arguments, replaced by a unique mark; with the
+    (mark as rendered, text it stands for) pairs."""
+    skeleton: list[Any] = []
+    pairs: list[tuple[str, str]] = []
+    for k, m in enumerate(conv):
+        mark = f"\ue000{nonce}.{k}\ue001"
+        pairs.append((mark, m["content"]))
+        calls = []
+        for j, call in enumerate(m.get("tool_calls") or ()):
+            arg_mark = f"\ue000{nonce}.{k}.{j}\ue001"  # a string: `| tojson` renders it quoted
+            pairs.append((arguments_text(arg_mark), arguments_text(call["function"].get("arguments"))))
+            calls.append({**call, "function": {**call["function"], "arguments": arg_mark}})
+        skeleton.append({**m, "content": mark, **({"tool_calls": calls} if calls else {})})
+    return skeleton, pairs
+
+
+def split_rendering(tokenizer: Any, conv: Conversation, template: str | None = None,
+                    tools: Tools = None) -> list[tuple[str, bool]] | None:
     """The rendered prompt as (text, is_content) pieces, or None if the template rewrites contents.
 
-    Continued (`continued(conv)`): the pieces end with the last message's content. `template`: a chat
-    template to render with instead of the tokenizer's own.
+    Contents and tool-call arguments are the content pieces. Continued (`continued(conv)`): the pieces end
+    with the last message's content. `template`: a chat template to render with instead of the
+    tokenizer's own; `tools`: the tool schemas it renders (native protocol).
     """
-    nonce = secrets.token_hex(8)
-    marks = [f"\ue000{nonce}.{k}\ue001" for k in range(len(conv))]
+    skeleton_conv, pairs = _marked(conv, secrets.token_hex(8))
     go_on = continued(conv)
     try:
-        skeleton = _render(tokenizer, ({**m, "content": mark} for m, mark in zip(conv, marks, strict=True)), go_on,
-                           template)
+        skeleton = _render(tokenizer, skeleton_conv, go_on, template, tools)
     except Exception:  # a template that inspects contents may reject a mark: treat it as rewriting
+        return None
+    found = sorted((skeleton.find(mark), mark, text) for mark, text in pairs)
+    if any(at < 0 or skeleton.count(mark) != 1 for at, mark, _ in found):
         return None
     pieces: list[tuple[str, bool]] = []
     pos = 0
-    for m, mark in zip(conv, marks, strict=True):
-        at = skeleton.find(mark, pos)
-        if at < 0 or skeleton.count(mark) != 1:
-            return None
-        pieces += [(skeleton[pos:at], False), (m["content"], True)]
+    for at, mark, text in found:
+        pieces += [(skeleton[pos:at], False), (text, True)]
         pos = at + len(mark)
     tail = skeleton[pos:]  # continued: the end of the last turn, left out of the prompt
-    if "".join(text for text, _ in pieces) + tail != _render(tokenizer, conv, go_on, template):
+    if go_on and (not found or found[-1][1] != pairs[-1][0] or conv[-1].get("tool_calls")):
+        return None  # a continued turn must end with its own content
+    if "".join(text for text, _ in pieces) + tail != _render(tokenizer, conv, go_on, template, tools):
         return None
     if not go_on:
         pieces.append((tail, False))
     return pieces
 
 
-def chat_ids(tokenizer: Any, conv: Conversation, template: str | None = None) -> list[int]:
+def chat_ids(tokenizer: Any, conv: Conversation, template: str | None = None, tools: Tools = None) -> list[int]:
     """Token ids of `conv` rendered with the generation prompt (or continuing its last message, an
-    assistant's) by the tokenizer's chat template, or by `template` when given; contents never become
-    added tokens (a template's own text may hold them: they are its turn markers)."""
+    assistant's) by the tokenizer's chat template, or by `template` when given, with `tools` rendered when
+    given; contents and tool-call arguments never become added tokens (a template's own text may hold
+    them: they are its turn markers)."""
     enc = text_encoder(tokenizer)
-    pieces = split_rendering(tokenizer, conv, template)
+    pieces = split_rendering(tokenizer, conv, template, tools)
     if pieces is None:
-        if any(enc.spells_token(m["content"]) for m in conv):
+        if any(enc.spells_token(text) for text in _texts(conv)):
             raise BackendError("this model's chat template rewrites message contents, so a message that spells "
                                "a special token cannot be kept as text; refusing to encode it")
-        return list(tokenizer(_rendered_prompt(tokenizer, conv, template), add_special_tokens=False)["input_ids"])
+        return list(tokenizer(_rendered_prompt(tokenizer, conv, template, tools),
+                              add_special_tokens=False)["input_ids"])
     ids: list[int] = []
     run: list[str] = []
     after_token = strip_next = False

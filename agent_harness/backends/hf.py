@@ -17,11 +17,12 @@ import gc
 import logging
 import os
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendUnavailable, ConfigError, MissingExtraError
 from ..settings import get_settings
-from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams, RequestMeta
+from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams, RequestMeta, ToolSpec
 from .batching import Batcher
 from .local import (
     Row,
@@ -173,8 +174,8 @@ class HFBackend:
         return int(pad)
 
     # -- generation --------------------------------------------------------------------------
-    def encode(self, conv: Conversation, chat_template: str | None = None) -> list[int]:
-        return encode(self.tokenizer, conv, chat_template)
+    def encode(self, conv: Conversation, chat_template: str | None = None, tools: Sequence[ToolSpec] = ()) -> list[int]:
+        return encode(self.tokenizer, conv, chat_template, tools)
 
     def _sub_batches(self, rows: list[Row]) -> list[list[Row]]:
         """Longest first, so each sub-batch is padded to its first row's length."""
@@ -212,8 +213,8 @@ class HFBackend:
 
         if self.model is None:
             raise BackendUnavailable(f"transformers backend for '{self.spec.name}' is closed")
-        results, rows = plan_rows(lambda c: self.encode(c, params.chat_template), conversations, params, seeds,
-                                  self.spec.context_length)
+        results, rows = plan_rows(lambda c: self.encode(c, params.chat_template, params.tools), conversations, params,
+                                  seeds, self.spec.context_length)
         stops = stop_strings(params)
         pending = self._sub_batches(rows)
         while pending:

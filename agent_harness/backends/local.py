@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendError, BackendUnavailable, ConfigError, MissingExtraError
-from ..types import Completion, Conversation, GenParams, row_seeds
+from ..types import Completion, Conversation, GenParams, ToolSpec, row_seeds
 
 if TYPE_CHECKING:
     from ..registry import ModelSpec
@@ -79,18 +79,21 @@ def load_tokenizer(transformers: Any, spec: ModelSpec, source: str) -> Any:
     return tokenizer
 
 
-def encode(tokenizer: Any, conv: Conversation, chat_template: str | None = None) -> list[int]:
+def encode(tokenizer: Any, conv: Conversation, chat_template: str | None = None,
+           tools: Sequence[ToolSpec] = ()) -> list[int]:
     """Token ids of the rendered prompt (chat template + generation prompt, no padding); a conversation
     that ends with an assistant message is continued from its content (a prefilled reply).
-    `chat_template` (a request's `GenParams.chat_template`) renders it instead of the model's template.
+    `chat_template` (a request's `GenParams.chat_template`) renders it instead of the model's template;
+    `tools` (a native-protocol request's `GenParams.tools`) are rendered by the template as it renders tools.
 
     Only the template's own text can become special (added) tokens: message contents (observations,
     files, task text) that spell `<|im_start|>` stay text, so data cannot forge turns and the ids
     decode to exactly the rendered messages the trace records. See `chat_ids`.
     """
+    from ..protocol.native import tool_schemas
     from .chat_ids import chat_ids
 
-    return chat_ids(tokenizer, conv, chat_template)
+    return chat_ids(tokenizer, conv, chat_template, tool_schemas(tools) if tools else None)
 
 
 def new_token_budget(n_prompt: int, max_tokens: int, context_length: int) -> int:

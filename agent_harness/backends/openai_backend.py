@@ -11,7 +11,11 @@ With `openai.tokenizer` set, prompts are encoded here and sent as token ids to `
 
 Semantics match the local backends: the API takes at most 4 `stop` entries, so the first 4 are
 sent and the reply is also cut client-side at every stop string; token counts come from `usage`;
-`finish_reason` maps to "stop" / "length".
+`finish_reason` maps to "stop" / "length" ("tool_calls" is "stop").
+
+Native tool protocol (`GenParams.tools`): in chat mode the tools go out as the API's `tools` and the
+server's parsed `tool_calls` come back on `Completion.tool_calls` (a reply of calls only has empty
+text); with `openai.tokenizer` the template renders them here and the calls stay in the text.
 
 Replies are streamed (SSE, `stream: true` with usage in the last chunk) unless the entry says
 `stream: false`; a server that ignores the flag and answers with JSON is read as such. Streamed,
@@ -188,7 +192,7 @@ class OpenAIBackend:
                    stops: tuple[str, ...]) -> Completion:
         t0 = time.perf_counter()
         try:  # a few ms of tokenizer work on the loop (token-id mode); a thread hop would cost as much
-            req = self.prompts.prompt(conv, params.chat_template)
+            req = self.prompts.prompt(conv, params.chat_template, params.tools)
         except Exception as e:  # the template refused this conversation, or cannot keep its text as text
             msg = str(e) if isinstance(e, BackendError) else f"cannot encode the prompt: {one_line(first_line(e))}"
             log.warning("%s", msg)
@@ -211,14 +215,15 @@ class OpenAIBackend:
             return Completion("", said, 0, "length", time.perf_counter() - t0)
         except BadReply as e:
             return self._failed(e, t0)
-        text = reply.text
-        finish: FinishReason = "length" if reply.finish_reason == "length" else "stop"
+        text = reply.text  # empty with tool calls (native protocol): a reply like any other
+        finish: FinishReason = "length" if reply.finish_reason == "length" else "stop"  # "tool_calls": stop
         cut = cut_at_stop(text, stops)
         if cut is not None:
             text, finish = cut, "stop"
         prompt, completion, cached = usage_counts(reply.usage, params.max_tokens, bound)
         return Completion(text=text, prompt_tokens=prompt, completion_tokens=completion, finish_reason=finish,
-                          latency_s=time.perf_counter() - t0, cached_tokens=cached, endpoint=ep.base_url)
+                          latency_s=time.perf_counter() - t0, cached_tokens=cached, endpoint=ep.base_url,
+                          tool_calls=reply.tool_calls)
 
     @staticmethod
     def _failed(e: BadReply, t0: float) -> Completion:

@@ -12,17 +12,21 @@ as before. The trace header's `details.prompt_encoding` says which. A request's 
 (`GenParams.chat_template`, the calibrated single-shot's) is used for the encoding here, or sent as
 vLLM's `chat_template` field in chat mode (`vllm serve` takes it only with
 --trust-request-chat-template; a server that refuses it answers 4xx, which stops the run with its message).
+A native-protocol request's tools (`GenParams.tools`) are rendered by the template here, or sent as the
+API's `tools` (OpenAI function schemas) with the messages in the API's shape (`api_message`).
 """
 
 from __future__ import annotations
 
+import json
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, MissingExtraError
-from ..types import Conversation
+from ..types import Conversation, Message, ToolSpec
 from .chat_ids import continued
 from .local import encode, load_tokenizer
 from .openai_reply import prompt_token_bound
@@ -38,7 +42,7 @@ CHAT = "server chat template (special-token text in contents is not guarded)"
 class Prompt:
     """The request's prompt fields and what bounds the server's prompt-token count."""
 
-    fields: dict[str, Any]  # {"prompt": ids} or {"messages": [...]} (+ continuation flags)
+    fields: dict[str, Any]  # {"prompt": ids} or {"messages": [...]} (+ continuation flags, `tools`)
     bound: int  # the most prompt tokens `usage` may report
     n_ids: int | None  # the number of prompt ids, when encoded here
 
@@ -80,16 +84,44 @@ class PromptEncoder:
             return {"prompt_encoding": CHAT}
         return {"prompt_encoding": IDS, "tokenizer": self.source}
 
-    def prompt(self, conv: Conversation, chat_template: str | None = None) -> Prompt:
-        """The prompt of `conv` (rendered by `chat_template` when given, else the model's template);
+    def prompt(self, conv: Conversation, chat_template: str | None = None, tools: Sequence[ToolSpec] = ()) -> Prompt:
+        """The prompt of `conv` (rendered by `chat_template` when given, else the model's template), with
+        `tools` (native protocol: rendered by the template here, or sent as the API's `tools`);
         BackendError when it cannot be encoded without turning text into tokens."""
         if self.tokenizer is None:
-            fields: dict[str, Any] = {"messages": list(conv)}
+            schemas = _schemas(tools)
+            fields: dict[str, Any] = {"messages": [api_message(m) for m in conv]}
             if continued(conv):  # vLLM's (and SGLang's) extension; an endpoint without it refuses the request
                 fields |= {"continue_final_message": True, "add_generation_prompt": False}
             if chat_template is not None:
                 fields["chat_template"] = chat_template
-            return Prompt(fields, prompt_token_bound(conv), None)
+            if schemas:
+                fields["tools"] = schemas
+            return Prompt(fields, prompt_token_bound(conv, schemas), None)
         with self._lock:
-            ids = encode(self.tokenizer, conv, chat_template)
+            ids = encode(self.tokenizer, conv, chat_template, tools)
         return Prompt({"prompt": ids}, len(ids), len(ids))
+
+
+def _schemas(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    """The OpenAI function schemas of `tools` (none: an empty list)."""
+    if not tools:
+        return []
+    from ..protocol.native import tool_schemas
+
+    return tool_schemas(tools)
+
+
+def api_message(m: Message) -> dict[str, Any]:
+    """`m` as the chat API takes it: a tool call's `arguments` as JSON text (templates take an object);
+    a tool message as it is (role "tool", `tool_call_id`, content)."""
+    calls = m.get("tool_calls")
+    if not calls:
+        return dict(m)
+    sent = []
+    for call in calls:
+        fn = call["function"]
+        args = fn.get("arguments")
+        text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+        sent.append({**call, "function": {**fn, "arguments": text}})
+    return {**m, "tool_calls": sent}

@@ -11,6 +11,10 @@ bodies (`body_reply`, `StreamReply`) and the `usage` record (`usage_counts`).
   keep-alive comments or an endless stream of tokens cannot hold a request past it.
 - Shape: JSON nested deeper than `MAX_DEPTH` is refused before it is parsed; `choices`, the message
   or delta, `content` (a string or null) and `finish_reason` (a string or null) are checked.
+- Tool calls (native protocol): `message.tool_calls`, or the `delta.tool_calls` pieces of a stream put
+  together by their `index`, each a `function` with a string `name` and `arguments` (JSON text, or an
+  object that is written as JSON text), `id` a string or absent; at most `MAX_TOOL_CALLS` calls, and
+  their names and arguments count against the reply's characters with its text.
 - Token counts: an int in a sane range, else None (unknown), never a string, a float, a bool,
   negative, or more than the request allows.
 """
@@ -19,13 +23,14 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import BackendError
 from ..text import safe_text
 from ..trace_io import too_deep
+from ..types import NativeCall
 
 MAX_DEPTH = 32  # an OpenAI reply nests about 5 deep
 BASE_BYTES = 64 << 10  # the envelope, role and usage chunks, keep-alive comments
@@ -38,6 +43,7 @@ MESSAGE_CHARS = 300
 MAX_PROMPT_TOKENS = 1 << 24  # no served context is longer
 TEMPLATE_TOKENS = 1024  # a chat template's own tokens (roles, a default system prompt), per prompt
 TOKENS_PER_MESSAGE = 16
+MAX_TOOL_CALLS = 64  # tool calls in one reply; a streamed call's index is below it
 
 
 class BadReply(BackendError):
@@ -71,11 +77,13 @@ class ReplyCaps:
 
 @dataclass(frozen=True)
 class Reply:
-    """One validated reply: its text, the server's finish_reason (None when it gave none) and usage."""
+    """One validated reply: its text, the server's finish_reason (None when it gave none), usage and the
+    tool calls the server parsed out of it (native protocol), in their order."""
 
     text: str
     finish_reason: str | None
     usage: dict[str, Any] | None
+    tool_calls: tuple[NativeCall, ...] = ()
 
 
 def one_line(text: str, limit: int = MESSAGE_CHARS) -> str:
@@ -171,6 +179,58 @@ def _first(choices: list[dict[str, Any]]) -> dict[str, Any] | None:
     return None
 
 
+def _too_long(caps: ReplyCaps) -> BadReply:
+    return BadReply(f"reply text longer than its cap of {caps.chars} characters")
+
+
+def _object(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise BadReply(f"{where} is {type(value).__name__}, not an object")
+    return value
+
+
+def _arguments(value: Any, where: str) -> str:
+    """A call's `arguments`: JSON text, or an object (some servers send one) written as JSON text."""
+    if isinstance(value, str):
+        return safe_text(value)
+    if isinstance(value, dict):
+        return safe_text(json.dumps(value, ensure_ascii=False))
+    raise BadReply(f"{where}.arguments is {type(value).__name__}, not a string or an object")
+
+
+def _call_id(call: dict[str, Any], where: str) -> str | None:
+    value = call.get("id")
+    if value is not None and not isinstance(value, str):
+        raise BadReply(f"{where}.id is {type(value).__name__}, not a string")
+    return safe_text(value) if value else None
+
+
+def _calls_list(value: Any, where: str) -> list[Any]:
+    """A `tool_calls` list (None or absent: empty), of at most MAX_TOOL_CALLS entries."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise BadReply(f"{where}.tool_calls is {type(value).__name__}, not a list")
+    if len(value) > MAX_TOOL_CALLS:
+        raise BadReply(f"{where} has {len(value)} tool calls, more than {MAX_TOOL_CALLS}")
+    return value
+
+
+def _tool_calls(value: Any, where: str) -> tuple[NativeCall, ...]:
+    """A whole message's `tool_calls`, validated."""
+    calls = []
+    for i, raw in enumerate(_calls_list(value, where)):
+        at = f"{where}.tool_calls[{i}]"
+        call = _object(raw, at)
+        fn = _object(call.get("function"), f"{at}.function")
+        name = fn.get("name")
+        if not isinstance(name, str):
+            raise BadReply(f"{at}.function.name is {type(name).__name__}, not a string")
+        calls.append(NativeCall(safe_text(name), _arguments(fn.get("arguments"), f"{at}.function"),
+                                _call_id(call, at)))
+    return tuple(calls)
+
+
 def body_reply(data: Any, caps: ReplyCaps) -> Reply:
     """A whole (not streamed) chat completion body, validated."""
     if not isinstance(data, dict):
@@ -184,8 +244,20 @@ def body_reply(data: Any, caps: ReplyCaps) -> Reply:
     text = _text_field(message, "content", "message") if message else ""
     text = text or _text_field(choice, "text", "choices[0]")
     if len(text) > caps.chars:
-        raise BadReply(f"reply text longer than its cap of {caps.chars} characters")
-    return Reply(text, _finish(choice, "choices[0]"), _usage(data))
+        raise _too_long(caps)
+    calls = _tool_calls(message.get("tool_calls"), "message") if message else ()
+    if len(text) + sum(len(c.name) + len(c.arguments) for c in calls) > caps.chars:
+        raise _too_long(caps)
+    return Reply(text, _finish(choice, "choices[0]"), _usage(data), calls)
+
+
+@dataclass
+class _Pieces:
+    """One streamed tool call as its pieces arrive: the first name and id it is given, its arguments appended."""
+
+    name: str | None = None
+    id: str | None = None
+    arguments: list[str] = field(default_factory=list)
 
 
 class StreamReply:
@@ -198,6 +270,7 @@ class StreamReply:
         self.finish: str | None = None
         self.usage: dict[str, Any] | None = None
         self.done = False
+        self.calls: dict[int, _Pieces] = {}  # the streamed tool calls, by their index
 
     def feed(self, line: str) -> None:
         """One line; `done` once it is `[DONE]`. Comments (": ping") and other SSE fields are skipped."""
@@ -220,25 +293,72 @@ class StreamReply:
             if delta is not None and not isinstance(delta, dict):
                 raise BadReply(f"a streamed chunk's delta is {type(delta).__name__}, not an object")
             piece = (_text_field(delta, "content", "delta") if delta else "") or _text_field(choice, "text", "choice")
-            self.chars += len(piece)
-            if self.chars > self.caps.chars:
-                raise BadReply(f"reply text longer than its cap of {self.caps.chars} characters")
+            self._add_chars(len(piece))
             self.parts.append(piece)
+            for raw in _calls_list(delta.get("tool_calls"), "delta") if delta else ():
+                self._call_piece(raw)
             self.finish = _finish(choice, "a streamed choice") or self.finish
         self.usage = _usage(chunk) or self.usage
 
+    def _add_chars(self, n: int) -> None:
+        self.chars += n
+        if self.chars > self.caps.chars:
+            raise _too_long(self.caps)
+
+    def _call_piece(self, raw: Any) -> None:
+        """One piece of a streamed tool call: the first of its index names the call, each adds arguments."""
+        where = "a streamed tool call"
+        piece = _object(raw, where)
+        index = piece.get("index", 0)  # a piece without an index counts as 0, as a choice does
+        if type(index) is not int or not 0 <= index < MAX_TOOL_CALLS:
+            raise BadReply(f"{where}'s index {one_line(repr(index), 40)} is not an int in [0, {MAX_TOOL_CALLS})")
+        call = self.calls.setdefault(index, _Pieces())
+        call.id = call.id or _call_id(piece, where)
+        if piece.get("function") is None:
+            return
+        fn = _object(piece["function"], f"{where}.function")
+        name = fn.get("name")
+        if name is not None and not isinstance(name, str):
+            raise BadReply(f"{where}.function.name is {type(name).__name__}, not a string")
+        if name and call.name is None:
+            call.name = safe_text(name)
+            self._add_chars(len(call.name))
+        if fn.get("arguments") is not None:
+            arguments = _arguments(fn["arguments"], f"{where}.function")
+            self._add_chars(len(arguments))
+            call.arguments.append(arguments)
+
     def result(self) -> Reply:
-        return Reply("".join(self.parts), self.finish, self.usage)
+        """The reply so far; BadReply when a streamed tool call never got its name."""
+        calls = []
+        for index, call in sorted(self.calls.items()):
+            if call.name is None:
+                raise BadReply(f"streamed tool call {index} has no function name")
+            calls.append(NativeCall(call.name, "".join(call.arguments), call.id))
+        return Reply("".join(self.parts), self.finish, self.usage, tuple(calls))
 
 
-def prompt_token_bound(conversation: Iterable[Mapping[str, Any]]) -> int:
+def _json_bytes(value: Any) -> int:
+    """The bytes of `value` as JSON, indented as the most generous chat templates render it (`tojson(indent=4)`)."""
+    return len(json.dumps(value, ensure_ascii=False, indent=4, default=str).encode("utf-8", "replace"))
+
+
+def prompt_token_bound(conversation: Iterable[Mapping[str, Any]], tools: Sequence[Any] = ()) -> int:
     """The most tokens a prompt can be: a token covers at least one byte of text (byte-level BPE), plus
-    the chat template's own tokens."""
+    the chat template's own tokens. Tool calls (names, ids, arguments), tool messages' `tool_call_id` and
+    `tools` (the function schemas sent, native protocol) count by the bytes of their JSON."""
     n = total = 0
     for m in conversation:
         n += 1
         content = m.get("content")
         total += len(content.encode("utf-8", "replace")) if isinstance(content, str) else 0
+        calls = m.get("tool_calls") or ()
+        n += len(calls)
+        total += sum(_json_bytes(call) for call in calls)
+        call_id = m.get("tool_call_id")
+        total += len(call_id.encode("utf-8", "replace")) if isinstance(call_id, str) else 0
+    n += len(tools)
+    total += _json_bytes(list(tools)) if tools else 0
     return min(MAX_PROMPT_TOKENS, total + TEMPLATE_TOKENS + TOKENS_PER_MESSAGE * n)
 
 

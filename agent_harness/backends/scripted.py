@@ -15,6 +15,10 @@ calibrated single-shot, reflect's bigcode draft) the oracle answers with the res
 continuing the prefill as a model would. Without meta the turn is the number of assistant messages so
 far, and the oracle, which needs its task, refuses.
 
+A native-protocol request (`params.tools` set) is answered natively: the oracle's call in Qwen's
+``<tool_call>`` text on even turns and as a structured tool call (as a server that parses calls returns
+it) on odd turns, so one run reads both; its FINAL and ``null``'s are replies with no call.
+
 Requests go through the same `Batcher` as the transformers backend's, so scripted runs exercise real
 batching; the replies never depend on the batch.
 """
@@ -30,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ..jsonl import read_jsonl
-from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams, RequestMeta
+from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams, NativeCall, RequestMeta
 from .batching import Batcher
 from .stops import cut_at_stop, stop_strings
 
@@ -42,6 +46,13 @@ FINAL_TEXT = "THOUGHT: I am done.\nFINAL: done"
 
 def render_call(thought: str, tool: str, args: dict[str, Any]) -> str:
     return f"THOUGHT: {thought}\nTOOL_CALL: {json.dumps({'tool': tool, 'args': args})}"
+
+
+def native_call(turn: int, thought: str, tool: str, args: dict[str, Any]) -> tuple[str, tuple[NativeCall, ...]]:
+    """A native reply: the call in the template's `<tool_call>` text (even turns) or structured (odd turns)."""
+    if turn % 2:
+        return thought, (NativeCall(tool, json.dumps(args), f"scripted_{turn}"),)
+    return f"{thought}\n<tool_call>\n{json.dumps({'name': tool, 'arguments': args})}\n</tool_call>", ()
 
 
 def _load_script(path: Path) -> tuple[list[str], dict[str, list[str]]]:
@@ -74,7 +85,8 @@ class ScriptedBackend:
             self._shared, self._per_task = _load_script(script_path)
         self._batcher = Batcher(self._answer, name=f"scripted {mode}")
 
-    def _reply(self, conv: Conversation, meta: RequestMeta | None) -> str:
+    def _reply(self, conv: Conversation, meta: RequestMeta | None,
+               native: bool = False) -> str | tuple[str, tuple[NativeCall, ...]]:
         task = meta.task if meta is not None else None
         turn = meta.turn if meta is not None else sum(m["role"] == "assistant" for m in conv)
         if meta is not None and meta.strategy != "react" and self.mode in ("oracle", "null"):
@@ -86,14 +98,18 @@ class ScriptedBackend:
                 return f"Here is the fixed code:\n```python\n{writes[-1]}\n```"
             return "The code looks correct to me as it is."
         if self.mode == "null":
-            return "THOUGHT: I will leave the code as it is.\nFINAL: no changes"
+            return "I will leave the code as it is." if native else \
+                "THOUGHT: I will leave the code as it is.\nFINAL: no changes"
         if self.mode == "oracle":
             if task is None:
                 raise ConfigError("scripted oracle: the request names no task (pass meta=RequestMeta(task))")
             if turn < len(task.oracle):
                 call = task.oracle[turn]
+                if native:
+                    return native_call(turn, f"Reference step {turn + 1}.", call["tool"], call.get("args", {}))
                 return render_call(f"Reference step {turn + 1}.", call["tool"], call.get("args", {}))
-            return "THOUGHT: The reference fix is in place.\nFINAL: applied the reference fix"
+            return "The reference fix is in place." if native else \
+                "THOUGHT: The reference fix is in place.\nFINAL: applied the reference fix"
         replies = self._per_task.get(task.id, self._shared) if task is not None else self._shared
         return replies[turn] if turn < len(replies) else FINAL_TEXT
 
@@ -111,7 +127,8 @@ class ScriptedBackend:
         out = []
         for conv, meta in zip(conversations, metas, strict=True):
             start = time.perf_counter()
-            text = self._reply(conv, meta)
+            said = self._reply(conv, meta, native=bool(params.tools))
+            text, calls = said if isinstance(said, tuple) else (said, ())
             # Stop strings apply as they would for a real model.
             finish: FinishReason = "stop"
             cut = cut_at_stop(text, stop_strings(params))
@@ -127,6 +144,7 @@ class ScriptedBackend:
                     completion_tokens=min(len(words), params.max_tokens),
                     finish_reason=finish,
                     latency_s=time.perf_counter() - start,
+                    tool_calls=calls,
                 )
             )
         return out

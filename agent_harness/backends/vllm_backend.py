@@ -42,6 +42,7 @@ import logging
 import os
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import BackendUnavailable, MissingExtraError
 from ..settings import get_settings
 from ..trace_io import open_append
-from ..types import BackendInfo, Completion, Conversation, GenParams, RequestMeta
+from ..types import BackendInfo, Completion, Conversation, GenParams, RequestMeta, ToolSpec
 from .local import encode, first_line, load_tokenizer, require_torch
 from .vllm_serve import ServerError, VllmServer, free_port, openai_entry
 
@@ -157,9 +158,9 @@ class VLLMBackend:
         os.close(fd)
         return Path(name), Path(name)
 
-    def encode(self, conv: Conversation, chat_template: str | None = None) -> list[int]:
+    def encode(self, conv: Conversation, chat_template: str | None = None, tools: Sequence[ToolSpec] = ()) -> list[int]:
         """The prompt's token ids, as the client sends them."""
-        return encode(self.tokenizer, conv, chat_template)
+        return encode(self.tokenizer, conv, chat_template, tools)
 
     async def complete(self, conversation: Conversation, params: GenParams,
                        meta: RequestMeta | None = None) -> Completion:

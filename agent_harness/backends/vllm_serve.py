@@ -201,6 +201,8 @@ class VllmServer:
             "generation_config": "vllm", "enable_prefix_caching": True, "enable_prompt_tokens_details": True,
             **({} if cuda else cpu_scheduler_options(spec.context_length)), **options,
         }
+        if getattr(spec, "tool_parser", None):  # chat requests with `tools` get structured tool calls back
+            engine |= {"enable_auto_tool_choice": True, "tool_call_parser": spec.tool_parser}
         env = {"HF_HUB_OFFLINE": "1"} if Path(source).is_dir() else {}
         return cls(source, port if port is not None else free_port(stable_port(served_name)), log,
                    served_name=served_name, engine=engine, env=env, cuda=cuda)

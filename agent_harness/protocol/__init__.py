@@ -13,6 +13,7 @@ from .parser import REPAIRS, ParsedReply, parse_reply
 from .prompt import (
     ERROR_HEADER,
     EXPECTED_FORM,
+    NATIVE_STOP_STRINGS,
     NEXT_STEP,
     OBSERVATION_HEADER,
     REMINDER,
@@ -27,7 +28,8 @@ from .prompt import (
 )
 
 __all__ = [
-    "ERROR_HEADER", "EXPECTED_FORM", "NEXT_STEP", "OBSERVATION_HEADER", "REMINDER", "REPAIRS", "STOP_STRINGS",
+    "ERROR_HEADER", "EXPECTED_FORM", "NATIVE_STOP_STRINGS", "NEXT_STEP", "OBSERVATION_HEADER", "REMINDER", "REPAIRS",
+    "STOP_STRINGS",
     "ParsedReply", "format_error", "format_observation", "initial_file_note", "initial_fix_note", "initial_test_note",
     "next_step", "parse_reply", "render_system_prompt",
 ]

@@ -33,6 +33,9 @@ STOP_STRINGS: tuple[str, ...] = (
     "<|eot_id|>",
 )
 
+# The native protocol's: the chat template's turn markers, and a tool response the model starts to imagine.
+NATIVE_STOP_STRINGS: tuple[str, ...] = tuple(s for s in STOP_STRINGS if not s.startswith("\n"))
+
 OBSERVATION_HEADER = "OBSERVATION:"
 ERROR_HEADER = "FORMAT ERROR:"
 EXPECTED_FORM = (
@@ -132,12 +135,24 @@ NEXT_STEP = {
 }
 
 
-def next_step(tool: str | None, tests_passed: bool | None = None) -> str:
+# The native protocol's hints where the text protocol's name its reply format.
+NATIVE_NEXT_STEP = {
+    **NEXT_STEP,
+    "read_file": "If you see the bug, fix it with write_file (the whole file as content); "
+                 "if not, run_tests to see what fails.",
+    "run_tests passed": "The tests pass: reply with a one-line summary and no tool call.",
+}
+NATIVE_REMINDER = "Call one tool, or reply with a one-line summary and no tool call when the task is done."
+
+
+def next_step(tool: str | None, tests_passed: bool | None = None, native: bool = False) -> str:
     """The reminder shown after an observation: the reply format, plus the usual next step
-    (`tests_passed`: the result of the test run the observation shows, None when it shows none)."""
+    (`tests_passed`: the result of the test run the observation shows, None when it shows none;
+    `native`: in the native tool protocol's words)."""
     key = "run_tests passed" if tool == "run_tests" and tests_passed else tool
-    hint = NEXT_STEP.get(key or "")
-    return f"{hint} {REMINDER}" if hint else REMINDER
+    hint = (NATIVE_NEXT_STEP if native else NEXT_STEP).get(key or "")
+    reminder = NATIVE_REMINDER if native else REMINDER
+    return f"{hint} {reminder}" if hint else reminder
 
 
 def initial_file_note(path: str, result: ToolResult) -> str:
@@ -165,16 +180,17 @@ def initial_test_note(result: ToolResult) -> str:
     return f"\n\nThe tests fail now:\n{truncate(result.text, INITIAL_TEST_CHARS)}"
 
 
-def format_observation(text: str, reminder: str | None = None) -> str:
+def format_observation(text: str, reminder: str | None = None, header: bool = True) -> str:
     """How a tool's output is shown to the model (the next user message), with an optional
     reminder (see `next_step`): small models otherwise drift into echoing the observation or
-    their own last reply after a few turns."""
-    body = safe_text(text).rstrip()
-    return f"{OBSERVATION_HEADER}\n{body if body else '(no output)'}" + (f"\n\n{reminder}" if reminder else "")
+    their own last reply after a few turns. `header=False`: no OBSERVATION: line (native protocol:
+    the template wraps a tool message as a tool response)."""
+    body = safe_text(text).rstrip() or "(no output)"
+    return (f"{OBSERVATION_HEADER}\n{body}" if header else body) + (f"\n\n{reminder}" if reminder else "")
 
 
-def format_error(err: FormatError) -> str:
+def format_error(err: FormatError, expected: str = EXPECTED_FORM) -> str:
     """The next user message after an unparseable reply: what was wrong and the expected form."""
     msg = safe_text(str(err)).strip() or "Your reply does not follow the format."
-    return f"{ERROR_HEADER} {msg}\n{EXPECTED_FORM}"
+    return f"{ERROR_HEADER} {msg}\n{expected}"
 

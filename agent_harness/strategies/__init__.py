@@ -60,6 +60,7 @@ class StrategyInfo:
     suffix: str
     needs: tuple[Need, ...] = ()  # react: none, the tool agent works on every scenario
     reflects: bool = False  # runs the reflect loop: ReflectConfig (--iters, --reflect-draft) applies
+    uses_tools: bool = False  # runs the tool agent: --protocol applies
 
     @property
     def flag(self) -> str:
@@ -71,8 +72,10 @@ class StrategyInfo:
         """The trace's older name for it (`agent.mode`): 'agent' for react."""
         return "agent" if self.name == "react" else self.name
 
-    def dirname(self, scenario: str) -> str:
-        return scenario + self.suffix
+    def dirname(self, scenario: str, protocol: str = "text") -> str:
+        """Its trace folder for `scenario`; native-protocol episodes get one of their own, so a model's two
+        protocols never mix."""
+        return scenario + self.suffix + ("-native" if protocol == "native" else "")
 
     def requirements(self, reflect: ReflectConfig) -> tuple[Need, ...]:
         """What it needs of a scenario under `reflect`: the bigcode draft adds a bigcode-style prompt."""
@@ -106,14 +109,14 @@ def _reflect(cfg: RunConfig, spec: ModelSpec, job: Job, scenario: Any, ws: Works
 
 def _reflect_react(cfg: RunConfig, spec: ModelSpec, job: Job, scenario: Any, ws: Workspace,
                    params: GenParams) -> AnyEpisode:
-    return ReflectThenReact(job.task, ws, params, scenario, cfg.reflect.for_model(spec.bigcode_prompt), cfg.agent,
-                            spec.temperature_schedule, job.sample)
+    return ReflectThenReact(job.task, ws, params, scenario, cfg.reflect.for_model(spec.bigcode_prompt),
+                            cfg.agent_for(spec, job.strategy), spec.temperature_schedule, job.sample)
 
 
 def _react(cfg: RunConfig, spec: ModelSpec, job: Job, scenario: Any, ws: Workspace,
            params: GenParams) -> AnyEpisode:
-    return Episode(job.task, ws, params, cfg.agent, temperature_schedule=spec.temperature_schedule,
-                   sample=job.sample)
+    return Episode(job.task, ws, params, cfg.agent_for(spec, job.strategy),
+                   temperature_schedule=spec.temperature_schedule, sample=job.sample)
 
 
 def _first_seed(cfg: RunConfig, job: Job, params: GenParams) -> GenParams:
@@ -121,7 +124,8 @@ def _first_seed(cfg: RunConfig, job: Job, params: GenParams) -> GenParams:
 
 
 STRATEGIES: dict[str, StrategyInfo] = {s.name: s for s in (
-    StrategyInfo("react", _react, "tools in the THOUGHT/TOOL_CALL/FINAL protocol; runs on every scenario", ""),
+    StrategyInfo("react", _react, "the tool agent (text or native tool calls, --protocol); runs on every "
+                 "scenario", "", uses_tools=True),
     StrategyInfo("reflect", _reflect, "the whole function, the visible tests, reflect on the failing check, "
                  "--iters times", "-reflect", (REFLECTABLE,), reflects=True),
     StrategyInfo("single_shot", _single_shot, "one completion, no tools, asked and post-processed as "
@@ -129,7 +133,7 @@ STRATEGIES: dict[str, StrategyInfo] = {s.name: s for s in (
     StrategyInfo("single_shot_chat", _single_shot_chat, "the earlier chat-style single-shot: a code block asked "
                  "for", "-single_shot_chat", (SINGLE_SHOT,)),
     StrategyInfo("reflect_react", _reflect_react, "reflect; when it fails, the files put back and react",
-                 "-reflect_react", (REFLECTABLE,), reflects=True),
+                 "-reflect_react", (REFLECTABLE,), reflects=True, uses_tools=True),
 )}
 
 # The defaults, best first as measured (README "Strategies", bench/RESULTS.md: over all 164 HumanEvalFix

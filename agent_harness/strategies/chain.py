@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..episode import Ask, EpisodeState
+from ..protocol.native import tool_schemas
 from ..steps import Handoff, Phase
-from ..tools import restore_files
+from ..tools import restore_files, tools_for
 from ..types import Completion, Conversation, GenParams, RequestMeta, Task
 from ..workspace import Workspace
 from .react import AgentConfig, Episode
@@ -61,6 +62,8 @@ class ReflectThenReact(EpisodeState):
 
     def annotate(self, trace: Trace) -> None:
         trace.agent.reflect = self.reflect.record()
+        if self.agent.protocol == "native":  # the react phase's tools, as it will send them
+            trace.prompt.tools = tool_schemas(tools_for(self.ws))
 
     def _phase(self, ask: Ask) -> Ask:
         """`ask` for the current phase: the chain's record is brought up to date before each request

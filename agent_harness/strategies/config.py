@@ -110,6 +110,8 @@ def build(config: type[C], values: dict[tuple[str, ...], Any]) -> C:
 
 
 History = Literal["full", "condensed"]
+Protocol = Literal["text", "native"]
+PROTOCOLS: tuple[Protocol, ...] = ("text", "native")
 
 
 @dataclass
@@ -148,6 +150,11 @@ class AgentConfig:
     restart_after: int | None = setting(None, "helper on: after N stale writes in a row, begin the conversation "
                                         "again from the task with the files as given (sampling stays warm)",
                                         type=int, metavar="N", added=None)
+    # None: the model's `protocol` (models.yaml), resolved per model by RunConfig.agent_for before an episode runs.
+    protocol: Protocol | None = setting(None, "how the tool agent calls tools: text (THOUGHT / TOOL_CALL / FINAL) "
+                                        "or native (the chat template's tool calls, `tools=`); default: the "
+                                        "model's `protocol` in models.yaml, else text", choices=PROTOCOLS,
+                                        added="text")
     tool_options: ToolOptions = field(default_factory=ToolOptions, metadata={PARTS: {
         "syntax_check": Setting("helper off: syntax check of written .py", flag="no-syntax-check", sets=False),
         "extract_failure": Setting("helper off: failing line from test output", flag="no-failure-extract",
@@ -157,6 +164,10 @@ class AgentConfig:
     def __post_init__(self) -> None:
         if self.history not in ("full", "condensed"):
             raise ConfigError(f"history must be 'full' or 'condensed', not {self.history!r}")
+        if self.protocol is not None and self.protocol not in PROTOCOLS:
+            raise ConfigError(f"--protocol must be one of {', '.join(PROTOCOLS)}, not {self.protocol!r}")
+        if self.protocol == "native" and self.history == "condensed":  # its stand-ins are text-protocol replies
+            raise ConfigError("--history condensed works with --protocol text only")
         if self.restart_after is not None and self.restart_after < 1:
             raise ConfigError(f"--restart-after must be > 0, got {self.restart_after}")
 
@@ -164,7 +175,9 @@ class AgentConfig:
         """Every setting (tool options as a dict), less those added after 1.3 while they behave as before:
         the trace header's `agent` block and the fingerprint's `agent` input."""
         added = added_values(AgentConfig)
-        return {k: v for k, v in asdict(self).items() if added.get(k, NOT_ADDED) != v}
+        # unresolved (no --protocol; RunConfig.agent_for resolves it per model) is recorded as the default
+        values = asdict(self) | {"protocol": self.protocol or "text"}
+        return {k: v for k, v in values.items() if added.get(k, NOT_ADDED) != v}
 
     @classmethod
     def from_dump(cls, data: dict[str, Any]) -> AgentConfig:

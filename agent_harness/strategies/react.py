@@ -8,14 +8,15 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from .. import history
 from ..demo import demo_messages
 from ..episode import Ask, EpisodeState
 from ..errors import FormatError, LimitsExceeded, Submitted, ToolError
 from ..protocol import (
+    NATIVE_STOP_STRINGS,
     STOP_STRINGS,
     ParsedReply,
     initial_file_note,
@@ -24,6 +25,7 @@ from ..protocol import (
     parse_reply,
     render_system_prompt,
 )
+from ..protocol.native import parse_native, render_native_system_prompt, tool_schemas
 from ..steps import (
     ElidedMessage,
     Final,
@@ -37,12 +39,16 @@ from ..steps import (
     ToolCall,
     ToolResult,
     reply_record,
+    server_calls,
 )
 from ..tools import ToolResult as ToolOutput
 from ..tools import restore_files, run_tool, tools_for
 from ..types import Backend, Completion, Conversation, GenParams, RequestMeta, Task, request_seed
 from ..workspace import Workspace
 from .config import AgentConfig
+
+if TYPE_CHECKING:
+    from ..trace_model import Trace
 
 log = logging.getLogger(__name__)
 
@@ -75,12 +81,19 @@ class Episode(EpisodeState):
 
     def __post_init__(self) -> None:
         self.tools = {t.name: t for t in tools_for(self.ws)}
-        self.system_prompt = render_system_prompt(list(self.tools.values()), example_path=_example_file(self.task),
-                                                  examples=not self.config.demo)
-        self.demo = list(demo_messages(tuple(self.tools), self.config.format_reminder)) if self.config.demo else []
+        self.native = self.config.protocol == "native"  # tools as `tools=`, calls as the template's tool calls
+        specs, example = list(self.tools.values()), _example_file(self.task)
+        self.system_prompt = (render_native_system_prompt(specs, example) if self.native else
+                              render_system_prompt(specs, example_path=example, examples=not self.config.demo))
+        self.demo = list(demo_messages(tuple(self.tools), self.config.format_reminder, self.native)) \
+            if self.config.demo else []
         self.user_prompt = ""  # the task message, made by begin()
-        stops = tuple(dict.fromkeys((*self.params.stop, *STOP_STRINGS)))
-        self.params = GenParams(**{**asdict(self.params), "stop": stops})
+        stops = tuple(dict.fromkeys((*self.params.stop, *(NATIVE_STOP_STRINGS if self.native else STOP_STRINGS))))
+        self.params = replace(self.params, stop=stops, tools=tuple(specs) if self.native else ())
+
+    def annotate(self, trace: Trace) -> None:
+        if self.native:
+            trace.prompt.tools = tool_schemas(self.params.tools)
 
     def run(self, ask: Ask) -> None:
         """Ask, parse, run the tool, observe; until the model submits or a budget ends the episode."""
@@ -150,7 +163,7 @@ class Episode(EpisodeState):
             temp = max(temp, history.stale_temperature(self.steps, self.config.stale_temperature))
         seed = None if self.params.seed is None else request_seed(self.params.seed, self.task.id, self.sample,
                                                                      self.turn)
-        return GenParams(**{**asdict(self.params), "temperature": temp, "seed": seed})
+        return replace(self.params, temperature=temp, seed=seed)
 
     def advance(self, c: Completion) -> list[Step]:
         """Consume one model reply: parse it, run its tool, append the observation."""
@@ -162,13 +175,16 @@ class Episode(EpisodeState):
             opening["elided"] = elided
         if c.endpoint is not None:
             opening["endpoint"] = c.endpoint
+        if c.tool_calls:
+            opening["server_calls"] = server_calls(c)
         self.exchanges.append(history.Exchange(self.turn, c.text))
         self._replies.append(c.text)
         try:
             if c.finish_reason == "length" and c.completion_tokens == 0:
                 raise LimitsExceeded("the conversation no longer fits in the context window", "context")
             try:
-                reply = parse_reply(c.text, self.tools)
+                reply = parse_native(c.text, c.tool_calls, self.tools) if self.native else \
+                    parse_reply(c.text, self.tools)
             except FormatError as e:
                 if c.finish_reason == "length":  # the likeliest cause, and the one the model can act on
                     e = FormatError(f"Your reply was cut off at the limit of {self.params.max_tokens} tokens. "
@@ -213,6 +229,9 @@ class Episode(EpisodeState):
 
     def _call(self, reply: ParsedReply, opening: Opening) -> None:
         call_id = f"call_{self.turn}"
+        if self.native:  # the history shows the call as the template renders calls, the text beside it as content
+            self.exchanges[-1].reply = reply.thought or ""
+            self.exchanges[-1].calls = [history.native_call(call_id, reply.tool or "", reply.args or {})]
         self._add(ToolCall(**self._at(), text=json.dumps({"tool": reply.tool, "args": reply.args}), tool=reply.tool,
                            args=reply.args, call_id=call_id, repairs=reply.repairs, **opening))
         t0 = time.monotonic()
@@ -239,7 +258,7 @@ class Episode(EpisodeState):
 
     def _respond(self, step: history.Answer) -> None:
         """The step that ends a turn, as the user message that answers its reply (history.user_message)."""
-        self.exchanges[-1].answer = history.user_message(step, self.config.format_reminder)
+        self.exchanges[-1].answer = history.user_message(step, self.config.format_reminder, self.native)
 
     def _new_elisions(self) -> list[ElidedMessage]:
         """The messages this turn's prompt shows condensed for the first time, for the trace."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ..episode import Ask, EpisodeState
@@ -117,8 +117,7 @@ class ReflectEpisode(EpisodeState):
         self.user_prompt = self.task_messages[-1]["content"]
         self.target = self.scenario.target_file(self.task)
         self._original = _norm(self.task.files.get(self.target, ""))
-        self.params = GenParams(**{**asdict(self.params), "max_tokens": max(self.params.max_tokens, MIN_TOKENS),
-                                   "stop": ()})
+        self.params = replace(self.params, max_tokens=max(self.params.max_tokens, MIN_TOKENS), stop=())
 
     def run(self, ask: Ask) -> None:
         """Ask for the whole fixed function, test it, feed the failure back; until it passes or the

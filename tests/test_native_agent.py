@@ -1,0 +1,211 @@
+"""The native tool protocol end to end: scripted models speaking native replies, real sandbox and git, the
+CLI, traces and pass@1; the prompts a native episode sends rebuild from its trace; the protocol a model
+prefers in models.yaml and --protocol's override."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_harness.backends.loop import complete_all
+from agent_harness.backends.scripted import ScriptedBackend
+from agent_harness.errors import ConfigError
+from agent_harness.history import rebuild_prompt
+from agent_harness.protocol.native import tool_schemas
+from agent_harness.sandbox import Limits
+from agent_harness.strategies.react import AgentConfig, Episode
+from agent_harness.trace import validate_trace
+from agent_harness.types import Completion, Conversation, GenParams, NativeCall, RequestMeta, Task, ToolSpec
+from agent_harness.workspace import Workspace
+
+ROOT = Path(__file__).resolve().parent.parent
+BUGGY = "def add(a, b):\n    return a - b\n"
+FIXED = "def add(a, b):\n    return a + b\n"
+TESTS = ("import unittest\n\nfrom calc import add\n\n\n"
+         "class T(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n")
+TASK = Task(id="calc", scenario="unit", statement="Fix add() in calc.py so the tests pass.",
+            files={"calc.py": BUGGY, "test_calc.py": TESTS}, test_cmd=["python3", "-m", "unittest", "-q"])
+LIMITS = Limits(cpu_s=5, wall_s=10.0, mem_bytes=512 << 20, nproc=32)
+
+
+def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(ROOT / "run_agents.py"), "--no-embed", "--no-progress", *args],
+                          cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def traces(out: Path, model: str) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted((out / model).glob("*/*/run_*.json"))]
+
+
+@pytest.mark.parametrize("agent", ["react", "reflect-react"])
+def test_native_oracle_and_null_end_to_end(tmp_path: Path, agent: str) -> None:
+    out = tmp_path / "out"
+    r = cli("--models", "oracle,null", "--n", "4", "--agent", agent, "--protocol", "native", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    folder = "humanevalfix-native" if agent == "react" else "humanevalfix-reflect_react-native"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["oracle"][folder]["pass@1"] == 1.0 and summary["null"][folder]["pass@1"] == 0.0
+    assert "native" in r.stdout and "…" not in r.stdout  # the table names the folder, wrapped, never cut
+    for model in ("oracle", "null"):
+        for t in traces(out, model):
+            assert validate_trace(t) == [], t["task_id"]
+            assert t["agent"]["protocol"] == "native" and t["scenario"] == folder
+            assert {s["function"]["name"] for s in t["prompt"]["tools"]} >= {"read_file", "write_file", "run_tests"}
+            assert "TOOL_CALL" not in t["prompt"]["system"]
+    oracle = [s for t in traces(out, "oracle") for s in t["steps"] if s.get("phase", "react") == "react"]
+    calls = [s for s in oracle if s["type"] == "tool_call"]
+    if agent == "react":  # the oracle's calls alternate: <tool_call> text, then a server's structured call
+        assert calls and all(s["repairs"] == [] for s in calls)
+        assert any("server_calls" in s for s in oracle) and any("<tool_call>" in s.get("raw", "") for s in oracle)
+    null = traces(out, "null")
+    assert all(t["outcome"]["exit_reason"] == "submitted" for t in null)
+    # null's reply without a call is the protocol's FINAL; the submit check refuses it once (tests fail)
+    assert all(sum(s["type"] == "submit_check" for s in t["steps"]) == 1 for t in null)
+
+
+def test_text_and_native_runs_keep_apart_and_fingerprints_differ(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    for protocol in ("text", "native"):
+        r = cli("--models", "oracle", "--n", "2", "--agent", "react", "--protocol", protocol, "--out", str(out))
+        assert r.returncode == 0, r.stderr
+    text = sorted((out / "oracle" / "humanevalfix" / "gold").glob("run_*.json"))
+    native = sorted((out / "oracle" / "humanevalfix-native" / "gold").glob("run_*.json"))
+    assert len(text) == len(native) == 2
+    t, n = (json.loads(p[0].read_text()) for p in (text, native))
+    assert "protocol" not in t["agent"] and "tools" not in t["prompt"]  # text traces as before 1.8
+    assert t["fingerprint"]["hash"] != n["fingerprint"]["hash"]
+    before = [p.read_text() for p in native]
+    r = cli("--models", "oracle", "--n", "2", "--agent", "react", "--protocol", "native", "--resume", "--out",
+            str(out))
+    assert r.returncode == 0, r.stderr
+    assert [p.read_text() for p in native] == before  # the native traces' fingerprints match: reused as they are
+
+
+def test_model_preference_and_override(tmp_path: Path) -> None:
+    """models.yaml's `protocol` picks the protocol; --protocol overrides it; reflect calls no tools."""
+    (tmp_path / "models.yaml").write_text(
+        "models:\n  - name: native-oracle\n    backend: scripted\n    script: oracle\n    protocol: native\n")
+    out = tmp_path / "out"
+    assert cli("--models", "native-oracle", "--n", "1", "--agent", "react", "--out", str(out),
+               cwd=tmp_path).returncode == 0
+    assert [t["agent"]["protocol"] for t in traces(out, "native-oracle")] == ["native"]
+    out2 = tmp_path / "out2"
+    assert cli("--models", "native-oracle", "--n", "1", "--agent", "react", "--protocol", "text", "--out",
+               str(out2), cwd=tmp_path).returncode == 0
+    assert ["protocol" in t["agent"] for t in traces(out2, "native-oracle")] == [False]
+    out3 = tmp_path / "out3"
+    assert cli("--models", "native-oracle", "--n", "1", "--agent", "reflect", "--out", str(out3),
+               cwd=tmp_path).returncode == 0
+    [t] = traces(out3, "native-oracle")
+    assert t["scenario"] == "humanevalfix-reflect" and "protocol" not in t["agent"]
+
+
+def test_condensed_history_is_refused_with_native() -> None:
+    with pytest.raises(ConfigError, match="condensed"):
+        AgentConfig(protocol="native", history="condensed")
+    r = cli("--models", "oracle", "--n", "1", "--protocol", "native", "--history", "condensed", "--out", "/tmp/x")
+    assert r.returncode != 0 and "condensed" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+# -- one episode, driven by hand ----------------------------------------------------------------------------
+
+class Recorder:
+    """The scripted backend, with each prompt and sampling parameters the episode sent."""
+
+    def __init__(self, replies: list[Completion]) -> None:
+        self.replies = replies
+        self.prompts: list[Conversation] = []
+        self.params: list[GenParams] = []
+
+    def __call__(self, conversation: Conversation, params: GenParams, meta: RequestMeta) -> Completion:
+        self.prompts.append(conversation)
+        self.params.append(params)
+        return self.replies[meta.turn]
+
+
+def reply(text: str, *calls: NativeCall) -> Completion:
+    return Completion(text, 10, 5, "stop", 0.01, tool_calls=calls)
+
+
+def tagged(name: str, **args: object) -> str:
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': args})}\n</tool_call>"
+
+
+@pytest.fixture
+def workspace() -> Iterator[Workspace]:
+    ws = Workspace.create(TASK.files, test_cmd=TASK.test_cmd, limits=LIMITS)
+    yield ws
+    ws.cleanup()
+
+
+def trace_of(ep: Episode) -> dict[str, Any]:
+    return json.loads(json.dumps({
+        "prompt": {"system": ep.system_prompt, "task": ep.user_prompt, "demo": ep.demo},
+        "agent": {"format_reminder": ep.config.format_reminder, "protocol": "native"},
+        "steps": [s.dump() for s in ep.steps]}))
+
+
+def test_native_episode_messages_and_rebuilt_prompts(workspace: Workspace) -> None:
+    script = [
+        reply("I read it first.\n" + tagged("read_file", path="calc.py")),
+        reply("", NativeCall("write_file", json.dumps({"path": "calc.py", "content": FIXED}), "srv_1")),
+        reply('```json\n{"name": "run_tests", "arguments": {}}\n```'),  # a fence: repaired, recorded
+        reply("<tool_call>{not json}</tool_call>"),  # a broken call: a format error, not a FINAL
+        reply("Fixed add."),
+    ]
+    rec = Recorder(script)
+    ep = Episode(TASK, workspace, GenParams(max_tokens=200), AgentConfig(protocol="native", submit_checks=1))
+    ep.run(rec)
+    assert ep.exit_reason == "submitted" and ep.final == "Fixed add."
+    assert (workspace.root / "calc.py").read_text() == FIXED
+    assert all(p.tools and {t.name for t in p.tools} == set(ep.tools) for p in rec.params)
+    assert "\nTHOUGHT:" not in rec.params[0].stop and "<|im_end|>" in rec.params[0].stop
+    last = rec.prompts[-1][ep.first_turn:]
+    roles = [m["role"] for m in last]
+    assert roles == ["assistant", "tool", "assistant", "tool", "assistant", "tool", "assistant", "user"]
+    assert last[0]["content"] == "I read it first." and last[0]["tool_calls"][0]["function"] == {
+        "name": "read_file", "arguments": {"path": "calc.py"}}
+    assert last[1]["tool_call_id"] == last[0]["tool_calls"][0]["id"] and "def add" in last[1]["content"]
+    assert not last[1]["content"].startswith("OBSERVATION")
+    assert last[7]["content"].startswith("FORMAT ERROR:") and "<tool_call>" in last[7]["content"]
+    steps = [s.dump() for s in ep.steps]
+    assert [s["repairs"] for s in steps if s["type"] == "tool_call"] == [[], [], ["json_fence"]]
+    assert [s for s in steps if "server_calls" in s][0]["server_calls"] == [
+        {"name": "write_file", "arguments": json.dumps({"path": "calc.py", "content": FIXED}), "id": "srv_1"}]
+    assert sum(s["type"] == "parse_error" for s in steps) == 1
+    for turn, sent in enumerate(rec.prompts):
+        assert rebuild_prompt(trace_of(ep), turn) == sent
+
+
+def test_native_demo_and_schemas_are_the_tools_the_episode_has(workspace: Workspace) -> None:
+    ep = Episode(TASK, workspace, GenParams(), AgentConfig(protocol="native"))
+    ep.begin()
+    demo_roles = [m["role"] for m in ep.demo]
+    assert demo_roles == ["user", "assistant", "tool", "assistant", "tool", "assistant", "tool", "assistant"]
+    assert all("THOUGHT" not in m["content"] for m in ep.demo)
+    names = [s["function"]["name"] for s in tool_schemas(ep.params.tools)]
+    assert names == list(ep.tools)
+
+
+def test_the_scripted_backend_answers_native_requests_natively() -> None:
+    backend = ScriptedBackend("oracle")
+    task = Task(id="t", scenario="unit", statement="s", files={}, oracle=[
+        {"tool": "read_file", "args": {"path": "a.py"}}, {"tool": "run_tests", "args": {}}])
+    try:
+        text = complete_all(backend, [[{"role": "user", "content": "go"}]], GenParams(),
+                            [RequestMeta(task, "react", 0)])[0]
+        assert text.text.startswith("THOUGHT:") and text.tool_calls == ()
+        native = GenParams(tools=(ToolSpec("read_file", "read"), ToolSpec("run_tests", "test")))
+        first, second, last = (complete_all(backend, [[{"role": "user", "content": "go"}]], native,
+                                            [RequestMeta(task, "react", k)])[0] for k in range(3))
+        assert "<tool_call>" in first.text and first.tool_calls == ()
+        assert second.tool_calls == (NativeCall("run_tests", "{}", "scripted_1"),) and "<tool_call>" not in second.text
+        assert last.tool_calls == () and "FINAL" not in last.text
+    finally:
+        backend.close()

@@ -6,8 +6,9 @@ registry's `tool_parser`), answers two ways:
 - a react run of two HumanEvalFix tasks under `--protocol native` through an `openai` entry that sends
   token ids the harness encoded (tools rendered by the chat template): every turn's prompt count is the
   harness's own encoding of the conversation its trace rebuilds, tools included;
-- chat requests with `tools` (no tokenizer: the server renders the template and parses the calls):
-  the server's structured tool calls come back as `Completion.tool_calls`, no `<tool_call>` text left.
+- chat requests with `tools` (no tokenizer: the server renders the template and parses the calls): no
+  `<tool_call>` text is left, and each reply reads as the asked call, from the server's structured calls
+  or, as the 0.5B writes them, a ```json fence the hermes parser does not read.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ def test_native_calls_through_vllm_serve(tmp_path: Path) -> None:
     from agent_harness.backends.chat_ids import chat_ids
     from agent_harness.backends.loop import complete_all
     from agent_harness.history import rebuild_prompt
+    from agent_harness.protocol.native import parse_native
     from agent_harness.registry import load_registry
     from agent_harness.types import GenParams, ToolParam, ToolSpec
     from agent_harness.weights import converted_dir
@@ -111,9 +113,11 @@ def test_native_calls_through_vllm_serve(tmp_path: Path) -> None:
         assert turns and all(s["tokens"]["completion"] > 0 for s in turns)
         for n, s in enumerate(turns):  # the server computed on exactly the harness's encoding, tools included
             assert s["tokens"]["prompt"] == len(chat_ids(tok, rebuild_prompt(t, n), None, tools)), (t["task_id"], n)
-    for c in got:
+    # Qwen2.5-Coder-0.5B answers in a ```json fence, which vLLM's hermes parser leaves as text (measured:
+    # both replies); the server's structured calls, when it gives them, and the fence both read as the call.
+    for c, name in zip(got, ("add.py", "calc.py"), strict=True):
         assert c.error is None and c.completion_tokens
-        assert "<tool_call>" not in c.text  # the server's parser took every call it saw out of the text
-    assert any(c.tool_calls for c in got), [c.text for c in got]
-    assert all(call.name == "read_file" and json.loads(call.arguments).get("path") for c in got
-               for call in c.tool_calls)
+        assert "<tool_call>" not in c.text  # the server's parser took every tagged call out of the text
+        reply = parse_native(c.text, c.tool_calls, {"read_file": read})
+        assert (reply.tool, reply.args) == ("read_file", {"path": name}), c.text
+        assert c.tool_calls or "json_fence" in reply.repairs

@@ -77,6 +77,7 @@ CONFIGS: dict[str, Config] = {
     # the native tool protocol (the chat template's tool calls): each beside its text-protocol config
     "react-native": Config(("--agent", "react", "--history", "full", "--protocol", "native")),
     "reflect-react-native": Config(("--agent", "reflect-react", "--history", "full", "--protocol", "native")),
+    "react-native-no-demo": Config(("--agent", "react", "--history", "full", "--protocol", "native", "--no-demo")),
 }
 TABLE = ("single-shot", "reflect", "react-full", "react-condensed", "reflect-react", "single-shot-pass5-T0.8")
 

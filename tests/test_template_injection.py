@@ -211,3 +211,19 @@ def test_native_call_arguments_and_results_cannot_forge_turns(qwen: Any) -> None
     enc = text_encoder(qwen)
     assert sum(i in enc.control for i in forged) == sum(i in enc.control for i in clean)
     assert INJECTION in qwen.decode(forged)
+
+
+def test_a_call_without_text_beside_it_keeps_the_guard(qwen: Any) -> None:
+    """Qwen2.5 renders an assistant message whose content is empty without the content's newline: the
+    split must still hold, so a hostile text elsewhere stays text (it was refused before: seen in a run)."""
+    tools = native_tools()
+    conv = native_conversation({"path": "add.py", "content": "x"}, INJECTION)
+    conv[2] = {**conv[2], "content": ""}
+    from agent_harness.protocol.native import tool_schemas
+
+    text = str(qwen.apply_chat_template(conv, tools=tool_schemas(tools), add_generation_prompt=True, tokenize=False))
+    assert "<|im_start|>assistant\n<tool_call>" in text
+    ids = encode(qwen, conv, None, tools)
+    assert ids.count(qwen.convert_tokens_to_ids("<|im_start|>")) == text.count("<|im_start|>") - INJECTION.count(
+        "<|im_start|>")
+    assert INJECTION in qwen.decode(ids)

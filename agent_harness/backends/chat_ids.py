@@ -157,8 +157,11 @@ def _marked(conv: Conversation, nonce: str) -> tuple[list[Any], list[tuple[str, 
     skeleton: list[Any] = []
     pairs: list[tuple[str, str]] = []
     for k, m in enumerate(conv):
-        mark = f"\ue000{nonce}.{k}\ue001"
-        pairs.append((mark, m["content"]))
+        # An empty content stays empty: templates skip it (Qwen2.5 renders a tool call's message without
+        # the newline its content would bring), so a mark there would render what the prompt does not have.
+        mark = f"\ue000{nonce}.{k}\ue001" if m["content"] else ""
+        if mark:
+            pairs.append((mark, m["content"]))
         calls = []
         for j, call in enumerate(m.get("tool_calls") or ()):
             arg_mark = f"\ue000{nonce}.{k}.{j}\ue001"  # a string: `| tojson` renders it quoted
@@ -191,7 +194,7 @@ def split_rendering(tokenizer: Any, conv: Conversation, template: str | None = N
         pieces += [(skeleton[pos:at], False), (text, True)]
         pos = at + len(mark)
     tail = skeleton[pos:]  # continued: the end of the last turn, left out of the prompt
-    if go_on and (not found or found[-1][1] != pairs[-1][0] or conv[-1].get("tool_calls")):
+    if go_on and (not found or found[-1][2] is not conv[-1]["content"] or conv[-1].get("tool_calls")):
         return None  # a continued turn must end with its own content
     if "".join(text for text, _ in pieces) + tail != _render(tokenizer, conv, go_on, template, tools):
         return None

@@ -32,6 +32,7 @@ def _call(thought: str, tool: str, args: dict[str, str], block: str | None = Non
 def demo_messages(tool_names: tuple[str, ...], reminder: bool, native: bool = False) -> tuple[Message, ...]:
     """The demo turns for an agent with these tools (run_tests, else run_cmd, runs the tests); `native`: in
     the native tool protocol (the calls as the template's tool calls, the results as tool messages)."""
+    from .history import native_call
     from .tools import ToolOptions, run_tool
     from .workspace import Workspace
 
@@ -52,8 +53,7 @@ def demo_messages(tool_names: tuple[str, ...], reminder: bool, native: bool = Fa
             if native:
                 call_id = f"demo_{n}"
                 messages.append({"role": "assistant", "content": thought,
-                                 "tool_calls": [{"id": call_id, "type": "function",
-                                                 "function": {"name": tool, "arguments": args}}]})
+                                 "tool_calls": [native_call(call_id, tool, args)]})
                 messages.append({"role": "tool", "tool_call_id": call_id,
                                  "content": format_observation(result.text, hint, header=False)})
                 continue

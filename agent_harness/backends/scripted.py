@@ -48,7 +48,7 @@ def render_call(thought: str, tool: str, args: dict[str, Any]) -> str:
     return f"THOUGHT: {thought}\nTOOL_CALL: {json.dumps({'tool': tool, 'args': args})}"
 
 
-def native_call(turn: int, thought: str, tool: str, args: dict[str, Any]) -> tuple[str, tuple[NativeCall, ...]]:
+def native_reply(turn: int, thought: str, tool: str, args: dict[str, Any]) -> tuple[str, tuple[NativeCall, ...]]:
     """A native reply: the call in the template's `<tool_call>` text (even turns) or structured (odd turns)."""
     if turn % 2:
         return thought, (NativeCall(tool, json.dumps(args), f"scripted_{turn}"),)
@@ -106,7 +106,7 @@ class ScriptedBackend:
             if turn < len(task.oracle):
                 call = task.oracle[turn]
                 if native:
-                    return native_call(turn, f"Reference step {turn + 1}.", call["tool"], call.get("args", {}))
+                    return native_reply(turn, f"Reference step {turn + 1}.", call["tool"], call.get("args", {}))
                 return render_call(f"Reference step {turn + 1}.", call["tool"], call.get("args", {}))
             return "The reference fix is in place." if native else \
                 "THOUGHT: The reference fix is in place.\nFINAL: applied the reference fix"

@@ -12,26 +12,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_agent import FIXED, LIMITS, TASK  # the same one-function task as the text agent's tests
 
 from agent_harness.backends.loop import complete_all
 from agent_harness.backends.scripted import ScriptedBackend
 from agent_harness.errors import ConfigError
 from agent_harness.history import rebuild_prompt
 from agent_harness.protocol.native import tool_schemas
-from agent_harness.sandbox import Limits
 from agent_harness.strategies.react import AgentConfig, Episode
 from agent_harness.trace import validate_trace
 from agent_harness.types import Completion, Conversation, GenParams, NativeCall, RequestMeta, Task, ToolSpec
 from agent_harness.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parent.parent
-BUGGY = "def add(a, b):\n    return a - b\n"
-FIXED = "def add(a, b):\n    return a + b\n"
-TESTS = ("import unittest\n\nfrom calc import add\n\n\n"
-         "class T(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n")
-TASK = Task(id="calc", scenario="unit", statement="Fix add() in calc.py so the tests pass.",
-            files={"calc.py": BUGGY, "test_calc.py": TESTS}, test_cmd=["python3", "-m", "unittest", "-q"])
-LIMITS = Limits(cpu_s=5, wall_s=10.0, mem_bytes=512 << 20, nproc=32)
 
 
 def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:

@@ -19,7 +19,7 @@ from ..errors import FormatError
 from ..tools.args import ArgumentError, check_args, type_name, usage
 from ..types import NativeCall, ToolParam, ToolSpec
 from .decode import decode, scan_end
-from .parser import ParsedReply
+from .parser import ParsedReply, find_tool
 from .prompt import NATIVE_REMINDER as NATIVE_REMINDER
 from .scan import closers_end, fence_open_at_end, skip_space, strip_fences
 
@@ -89,16 +89,7 @@ def render_native_system_prompt(tools: Sequence[ToolSpec], example_path: str | N
 
 
 def _find_tool(name: str, tools: Mapping[str, ToolSpec], repairs: list[str]) -> ToolSpec:
-    name = name.strip()
-    if name in tools:
-        return tools[name]
-    folded = [t for t in tools if t.lower() == name.lower()]
-    if len(folded) == 1:
-        repairs.append("tool_name_case")
-        return tools[folded[0]]
-    hint = " To finish, reply with a one-line summary and no tool call." if name.lower() in (
-        "final", "finish", "submit", "done") else ""
-    raise FormatError(f'Unknown tool "{name[:40]}". Valid tools: {", ".join(tools) or "(none)"}.{hint}')
+    return find_tool(name, tools, repairs, " To finish, reply with a one-line summary and no tool call.")
 
 
 def _reworded(e: FormatError) -> FormatError:

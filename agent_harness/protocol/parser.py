@@ -68,7 +68,12 @@ class ParsedReply:
         return "final" if self.final is not None else "tool_call"
 
 
-def _find_tool(name: str, tools: Mapping[str, ToolSpec], repairs: list[str]) -> ToolSpec:
+FINISH_HINT = " To finish, write FINAL: <text> instead."
+
+
+def find_tool(name: str, tools: Mapping[str, ToolSpec], repairs: list[str], finish_hint: str = FINISH_HINT) -> ToolSpec:
+    """The tool `name` names (its case forgiven, recorded); else a FormatError naming the valid tools, with
+    `finish_hint` when the name asks to finish (each protocol says how it finishes)."""
     name = name.strip()
     if name in tools:
         return tools[name]
@@ -78,7 +83,7 @@ def _find_tool(name: str, tools: Mapping[str, ToolSpec], repairs: list[str]) -> 
         return tools[folded[0]]
     valid = ", ".join(tools) or "(none)"
     finishing = name.lower() in ("final", "finish", "submit", "done")
-    hint = " To finish, write FINAL: <text> instead." if finishing else ""
+    hint = finish_hint if finishing else ""
     raise FormatError(f'Unknown tool "{name[:40]}". Valid tools: {valid}.{hint}')
 
 
@@ -87,7 +92,7 @@ def _split_call(
 ) -> tuple[ToolSpec, Any]:
     """Find the tool and its raw args in the decoded call object (`hint`: a name written before it)."""
     if hint is not None and not any(k in obj for k in ("tool", "function", *_ARGS_KEYS)):
-        return _find_tool(hint, tools, repairs), obj  # TOOL_CALL: read_file {"path": "a.py"}
+        return find_tool(hint, tools, repairs), obj  # TOOL_CALL: read_file {"path": "a.py"}
     if "tool" not in obj and isinstance(obj.get("function"), dict):
         obj = obj["function"]  # OpenAI {"type": "function", "function": {"name": ..., "arguments": ...}}
         repairs.append("alt_keys")
@@ -96,9 +101,9 @@ def _split_call(
     if tool_key is None:
         if "tool" in obj or hint is None:
             raise FormatError(f'The tool call needs "tool": a tool name in double quotes. Use {_CALL_FORM}.')
-        spec = _find_tool(hint, tools, repairs)
+        spec = find_tool(hint, tools, repairs)
     else:
-        spec = _find_tool(obj[tool_key], tools, repairs)
+        spec = find_tool(obj[tool_key], tools, repairs)
     if tool_key not in (None, "tool") or args_key not in (None, "args"):
         repairs.append("alt_keys")
     rest = {k: v for k, v in obj.items() if k not in (tool_key, args_key)}
@@ -138,7 +143,7 @@ def _parse_call(
     if brace < 0:
         if hint is None:
             raise FormatError(f"TOOL_CALL: must be followed by a JSON object: {_CALL_FORM}.")
-        spec = _find_tool(hint, tools, repairs)
+        spec = find_tool(hint, tools, repairs)
         if spec.required:
             raise FormatError(f"{spec.name} needs arguments as JSON: {_CALL_FORM}. {usage(spec)}")
         end = pos + len(text[pos:bound].rstrip())

@@ -211,8 +211,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     strategies = scenario_strategies(cfg)
     _check_reflect_flags(args, strategies)
     summary = run(cfg)
-    folders = {spec.name: {st.dirname(name, cfg.agent_for(spec, st.name).protocol or "")
-                           for name, st in strategies.items()} for spec in specs}
+    folders = {spec.name: {cfg.folder(spec, st.name, name) for name, st in strategies.items()} for spec in specs}
     print_table(table_names({m: {s: e for s, e in sc.items() if s in folders[m]}
                              for m, sc in summary.items() if m in folders}), rich_console())
     if strategy is None:

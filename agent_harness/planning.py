@@ -63,6 +63,10 @@ class RunConfig:
         uses_tools = STRATEGIES[strategy].uses_tools
         return replace(self.agent, protocol=(self.agent.protocol or spec.protocol) if uses_tools else "text")
 
+    def folder(self, spec: ModelSpec, strategy: str, scenario: str) -> str:
+        """The trace folder of `spec`'s episodes of `strategy` on `scenario` (its protocol's own under native)."""
+        return STRATEGIES[strategy].dirname(scenario, self.agent_for(spec, strategy).protocol or "text")
+
     def strategy_for(self, scenario: Scenario) -> StrategyInfo:
         """The strategy `scenario` runs: --agent's for every scenario, else the scenario's default."""
         return STRATEGIES[self.strategy] if self.strategy else default_strategy(scenario, self.reflect)
@@ -134,8 +138,7 @@ def model_jobs(cfg: RunConfig, spec: ModelSpec, planned: list[Job]) -> list[Job]
     agents = {name: cfg.agent_for(spec, name) for name in {j.strategy for j in planned}}
     run_cfg = {name: run_config(spec, cfg.backend, STRATEGIES[name].mode, agent, cfg.seed,
                                 strategy_options(cfg, spec, name)) for name, agent in agents.items()}
-    planned = [replace(j, scenario=STRATEGIES[j.strategy].dirname(j.scenario_name, agents[j.strategy].protocol or ""))
-               for j in planned]
+    planned = [replace(j, scenario=cfg.folder(spec, j.strategy, j.scenario_name)) for j in planned]
     slugs: dict[tuple[str, str], dict[str, str]] = {}
     for j in planned:
         slugs.setdefault((j.scenario, j.task.label), {})[j.task.id] = ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -27,6 +28,18 @@ def default_spec() -> ModelSpec:
     from agent_harness.registry import load_registry
 
     return load_registry().resolve(None)[0]
+
+
+@pytest.fixture(scope="session")
+def folder(default_spec: ModelSpec) -> Path:
+    """The shipped 0.5B's prepared folder, for its tokenizer (skipped with the reason when not prepared)."""
+    pytest.importorskip("transformers")
+    from agent_harness.weights import converted_dir
+
+    path: Path = converted_dir(default_spec)
+    if not (path / "tokenizer.json").is_file():
+        pytest.skip(f"the 0.5B folder is not prepared ({path}; make setup builds it)")
+    return path
 
 
 # Tests that compare two compute paths (KV reuse against generate, a batch against a row alone, vLLM against

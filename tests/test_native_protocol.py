@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import ast
 import json
 import random
-import sys
-from collections.abc import Callable
-from types import FrameType
 from typing import Any
 
 import pytest
+from test_protocol_linear import FIXED_PARSED, FIXED_STEPS, PARSED_PER_CHAR, STEPS_PER_CHAR, work
 
 from agent_harness.errors import FormatError
 from agent_harness.protocol import decode, parser, scan
@@ -320,44 +317,15 @@ def test_a_huge_hostile_reply_finishes(unit: str) -> None:
 MODULES = (native_module, parser, scan, decode, tool_args)
 
 
-def work(call: Callable[[], Any]) -> tuple[int, int]:
-    """(lines of the protocol modules executed, characters handed to JSON's raw_decode and ast.parse)."""
-    count = parsed = 0
-    here = {m.__file__ for m in MODULES}
-    raw_decode, ast_parse = json.JSONDecoder.raw_decode.__code__, ast.parse.__code__
-
-    def local(frame: FrameType, event: str, arg: Any) -> Any:
-        nonlocal count
-        count += event == "line"
-        return local
-
-    def calls(frame: FrameType, event: str, arg: Any) -> Any:
-        nonlocal parsed
-        if frame.f_code is raw_decode:
-            parsed += len(frame.f_locals["s"]) - frame.f_locals["idx"]
-        elif frame.f_code is ast_parse:
-            parsed += len(frame.f_locals["source"])
-        return local if frame.f_code.co_filename in here else None
-
-    previous = sys.gettrace()
-    sys.settrace(calls)
-    try:
-        call()
-    except FormatError:
-        pass
-    finally:
-        sys.settrace(previous)
-    return count, parsed
-
-
 @pytest.mark.parametrize("unit", ["{", "{ ", '{"name": ', '{"name": "a"} ', 'x {"name": "a"} ', "x {'name': (1}",
                                   'x {"name": [1, 2}', "<tool_call>{}", "```json\n{\"name\" }\n```\n",
                                   f"{READ} ", '{"type": "a"} '])
 def test_work_is_linear_in_the_reply(unit: str) -> None:
     """Counted in steps, not seconds: a quadratic scan of these replies takes 10^8 steps."""
     text = unit * (40_000 // len(unit))
-    lines, parsed = work(lambda: parse(text))
-    assert lines <= 20 * len(text) + 3000 and parsed <= 40 * len(text) + 150_000, (lines, parsed)
+    lines, parsed = work(lambda: parse(text), MODULES)  # the text parser's counter and bounds
+    assert lines <= STEPS_PER_CHAR * len(text) + FIXED_STEPS, lines
+    assert parsed <= PARSED_PER_CHAR * len(text) + FIXED_PARSED, parsed
 
 
 ATOMS = ["<tool_call>", "</tool_call>", "{", "}", "[", "]", "(", '"', "'", ":", ",", "\\", "\n", " ", "```", "```json",

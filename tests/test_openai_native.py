@@ -279,18 +279,6 @@ def test_usage_counts_past_the_text_alone_are_kept_when_tools_explain_them(tmp_p
 
 # -- token-id mode: the harness's template renders the tools ------------------------------------------
 
-@pytest.fixture(scope="module")
-def folder() -> Path:
-    pytest.importorskip("transformers")
-    from agent_harness.registry import load_registry
-    from agent_harness.weights import converted_dir
-
-    path: Path = converted_dir(load_registry().resolve(None)[0])
-    if not (path / "tokenizer.json").is_file():
-        pytest.skip(f"the 0.5B folder is not prepared ({path}; make setup builds it)")
-    return path
-
-
 def test_token_ids_render_the_tools_here(tmp_path: Path, server: FakeServer, folder: Path) -> None:
     import transformers
 

@@ -35,18 +35,6 @@ def tiny_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(scope="module")
-def folder() -> Path:
-    pytest.importorskip("transformers")
-    from agent_harness.registry import load_registry
-    from agent_harness.weights import converted_dir
-
-    path: Path = converted_dir(load_registry().resolve(None)[0])
-    if not (path / "tokenizer.json").is_file():
-        pytest.skip(f"the 0.5B folder is not prepared ({path}; make setup builds it)")
-    return path
-
-
-@pytest.fixture(scope="module")
 def tok(folder: Path) -> Any:
     import transformers
 

@@ -44,15 +44,10 @@ def string_then_tokenize(tokenizer: Any, conv: Conversation) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def qwen() -> Any:
+def qwen(folder: Path) -> Any:
     """The shipped 0.5B's tokenizer (from the prepared folder; no weights are loaded)."""
-    transformers = pytest.importorskip("transformers")
-    from agent_harness.registry import load_registry
-    from agent_harness.weights import converted_dir
+    import transformers
 
-    folder: Path = converted_dir(load_registry().resolve(None)[0])
-    if not (folder / "tokenizer.json").is_file():
-        pytest.skip(f"the 0.5B folder is not prepared ({folder}; make setup builds it)")
     return transformers.AutoTokenizer.from_pretrained(str(folder))
 
 

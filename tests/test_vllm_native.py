@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_vllm_serve import server  # the test engine's settings, here in bf16 with an 8k context and Qwen's parser
 
 from agent_harness.backends.openai_prompt import IDS
-from agent_harness.backends.vllm_serve import ServerError, VllmServer, free_port
+from agent_harness.backends.vllm_serve import ServerError, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "served-native"
@@ -68,11 +69,8 @@ def test_native_calls_through_vllm_serve(tmp_path: Path) -> None:
     if not (folder / "config.json").is_file():
         pytest.skip(f"the 0.5B folder is not prepared ({folder}; make setup builds it)")
     port = free_port()
-    engine = {"dtype": "bfloat16", "max_model_len": 8192, "seed": 0, "enforce_eager": True,
-              "generation_config": "vllm", "enable_prefix_caching": True, "enable_prompt_tokens_details": True,
-              "block_size": 32, "enable_chunked_prefill": False, "max_num_batched_tokens": 8192,
-              "enable_auto_tool_choice": True, "tool_call_parser": "hermes"}
-    srv = VllmServer(folder, port, tmp_path / "server.log", served_name=MODEL, engine=engine, env=env())
+    srv = server(folder, port, tmp_path / "server.log", MODEL, dtype="bfloat16", max_model_len=8192,
+                 max_num_batched_tokens=8192, enable_auto_tool_choice=True, tool_call_parser="hermes")
     out = tmp_path / "out"
     try:
         srv.start()

@@ -247,11 +247,12 @@ def test_vllm_accepts_the_flags_for_spec_builds(default_spec: Any, tmp_path: Pat
 
 
 # -- the real server ------------------------------------------------------------------------------
-def server(folder: Path, port: int, log: Path) -> VllmServer:
+def server(folder: Path, port: int, log: Path, served_name: str = MODEL, **options: Any) -> VllmServer:
+    """A server of the test engine settings (fp32, eager, 4k context), `options` over them."""
     engine = {"dtype": "float32", "max_model_len": 4096, "seed": 0, "enforce_eager": True,
               "generation_config": "vllm", "enable_prefix_caching": True, "enable_prompt_tokens_details": True,
-              "block_size": 32, "enable_chunked_prefill": False, "max_num_batched_tokens": 4096}
-    return VllmServer(folder, port, log, served_name=MODEL, engine=engine, env=env())
+              "block_size": 32, "enable_chunked_prefill": False, "max_num_batched_tokens": 4096, **options}
+    return VllmServer(folder, port, log, served_name=served_name, engine=engine, env=env())
 
 
 def healthy(srv: VllmServer) -> None:

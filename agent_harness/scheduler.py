@@ -69,12 +69,8 @@ class Busy:
 
 
 class _RunEnds(BaseException):
-    """Carries a backend fault that ends the run out of an episode (a BaseException, so no strategy's
-    `except Exception` keeps it)."""
-
-    def __init__(self, error: Exception) -> None:
-        super().__init__(str(error))
-        self.error = error
+    """Takes a backend fault that ends the run (`ModelRun._ends`) out of an episode (a BaseException, so no
+    strategy's `except Exception` keeps it)."""
 
 
 class ModelRun:
@@ -89,6 +85,7 @@ class ModelRun:
         self._count_lock = threading.Lock()
         self._slot = threading.BoundedSemaphore(max(1, cfg.workers))
         self._stopping = threading.Event()
+        self._ends: Exception | None = None  # the backend fault that ends the run (it sets _stopping)
         self._loop: LoopThread | None = None
         self.busy = Busy()
         self.tokens = self.prompt_tokens = self.cached_tokens = 0  # completion, prompt, served from a cache
@@ -115,11 +112,12 @@ class ModelRun:
                         done, pending = wait(pending, return_when=FIRST_COMPLETED)
                         for f in done:
                             self.on_done(f.result())  # an episode raises only a stop or a backend down
-                except _RunEnds as e:
-                    self._stop(pending)
-                    raise e.error from None
                 except BaseException:
                     self._stop(pending)
+                    # The fault that ended the run, whichever episode reached here first: the ones it stopped
+                    # raise StopRequested, which is no signal (a real one wins).
+                    if self._ends is not None and stop.requested() is None:
+                        raise self._ends from None
                     raise
 
     def _stop(self, pending: set[Future[Trace]]) -> None:
@@ -179,6 +177,8 @@ class ModelRun:
                         future.cancel()
                         raise StopRequested(stop.requested() or 2) from None
         except (BackendUnavailable, ConfigError) as e:
+            with self._count_lock:
+                self._ends = self._ends or e
             self._stopping.set()
             raise _RunEnds(e) from e
         except Exception as e:

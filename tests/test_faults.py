@@ -7,16 +7,19 @@ a prompt the engine refuses, an embedder that breaks) and from a task whose file
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from agent_harness.backends.scripted import ScriptedBackend
+from agent_harness.errors import BackendUnavailable, StopRequested
 from agent_harness.registry import ModelSpec
 from agent_harness.runner import Job, ModelRun, RunConfig, model_jobs, plan_jobs
 from agent_harness.summary import summarize
@@ -119,3 +122,40 @@ def test_episode_faults_end_only_their_episode(tmp_path: Path, ws_dir: Path) -> 
     assert ok["outcome"]["passed"] is True and ok["embeddings"] is None  # a verdict survives the embedder fault
     summary = summarize(out)["faulty"]["humanevalfix"]
     assert summary["n_episodes"] == 5 and summary["unscored"] == 2  # the planted folder is no trace
+
+
+class _DownForOne(ScriptedBackend):
+    """The oracle, except that the first task's request finds the backend down; the others wait a while."""
+
+    def __init__(self, down: str) -> None:
+        super().__init__("oracle")
+        self.down = down
+
+    async def complete(self, conversation: Conversation, params: GenParams,
+                       meta: RequestMeta | None = None) -> Completion:
+        if meta is not None and meta.task.id == self.down:
+            raise BackendUnavailable("http://127.0.0.1:9/v1: gave up after 3 attempt(s)")
+        await asyncio.sleep(2)
+        return await super().complete(conversation, params, meta)
+
+
+class _LateFault(ModelRun):
+    """Lets the episode that met the backend fault reach the runner last (a thread scheduled late)."""
+
+    def _episode(self, job: Job) -> Trace:
+        try:
+            return super()._episode(job)
+        except BaseException as e:
+            if not isinstance(e, StopRequested):
+                time.sleep(1.5)
+            raise
+
+
+def test_a_backend_down_ends_the_run_with_its_error_whichever_episode_ends_first(tmp_path: Path,
+                                                                                  ws_dir: Path) -> None:
+    """The episodes a backend fault stopped (StopRequested) must not make the run look interrupted."""
+    spec = ModelSpec(name="down", backend="scripted", script="oracle")
+    cfg = RunConfig(models=[spec], out=tmp_path / "t", n=3, concurrency=3, embed=False, strategy="react")
+    jobs = _jobs(cfg, spec)
+    with pytest.raises(BackendUnavailable, match="gave up after 3 attempt"):
+        _LateFault(cfg, spec, _DownForOne(jobs[0].task.id), BrokenEmbedder(), lambda t: None).run(jobs)

@@ -71,7 +71,7 @@ class Embedder:
                 local = _offline_model_dir()
                 source = str(local) if local else None
             if source is None:
-                from .weights import hub_reachable
+                from .hub import hub_reachable
 
                 if Path(self.name).is_dir() or hub_reachable():
                     source = self.name

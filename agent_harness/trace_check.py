@@ -5,15 +5,18 @@ out of bounds. Keys the model does not know are let through unchecked, as the lo
 
 The checks are derived from `trace_model` (field annotations and their ``ge`` bounds), so a field added
 there is checked here without more code; `COUNTERS` and `MAX_NUMBER` add the upper bounds.
+`validate_trace` checks a trace against the generated JSON Schema (``trace_schema.json``) instead.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import types
 import typing
 from collections.abc import Callable
 from functools import cache
+from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel
@@ -211,3 +214,19 @@ def check_trace(data: Any, cut: bool = False) -> dict[str, Any]:
             if key not in s:
                 raise Unreadable(f"KeyError: required field 'steps/{n}/{key}' is missing")
     return data
+
+
+SCHEMA_PATH = Path(__file__).with_name("trace_schema.json")  # generated from trace_model
+
+
+@cache
+def _validator() -> Any:
+    import jsonschema
+
+    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    return jsonschema.Draft202012Validator(schema)
+
+
+def validate_trace(data: dict[str, Any]) -> list[str]:
+    """Schema errors of one trace, as short strings (empty when valid)."""
+    return [f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}" for e in _validator().iter_errors(data)]

@@ -27,11 +27,11 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import BackendUnavailable, ConfigError, HarnessError, MissingExtraError
+from .hub import require_hub
 from .registry import INSTALLED, PROJECT_ROOT
 
 if TYPE_CHECKING:
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-HUB_PROBE_TIMEOUT_S = 3.0
 _BUF = 8 << 20
 # A Q4_K_M GGUF dequantized to a 16-bit folder grows 2.6x (0.5B) to 3.1x (1.5B); fp32 doubles that.
 _CONVERTED_PER_GGUF_BYTE = 3.3
@@ -285,47 +284,6 @@ def offline_state(spec: ModelSpec) -> str:
     return f"not installed ({off.pip})" if off.pip else "not installed"
 
 
-def _hub_offline_env() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def hub_reachable() -> bool:
-    """False when HF_HUB_OFFLINE is set or the hub does not answer within a few seconds."""
-    return not _hub_offline_env() and _probe_hub()
-
-
-@cache
-def _probe_hub() -> bool:
-    import httpx
-
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
-    try:
-        httpx.head(f"{endpoint}/api/models", timeout=HUB_PROBE_TIMEOUT_S)
-    except httpx.HTTPError:
-        return False
-    return True
-
-
-def offline_model_names(registry_path: str | os.PathLike[str] | None = None) -> list[str]:
-    """Registry names of the models whose weights work without the hub."""
-    from .registry import load_registry
-
-    try:
-        return [m.name for m in load_registry(registry_path).models if m.offline is not None]
-    except ConfigError:
-        return []
-
-
-def _require_hub(spec: ModelSpec) -> None:
-    if not hub_reachable():
-        why = "HF_HUB_OFFLINE is set" if _hub_offline_env() else "no answer"
-        names = ", ".join(offline_model_names()) or "none registered"
-        raise BackendUnavailable(
-            f"model '{spec.name}' ({spec.hf_id}) needs the Hugging Face Hub, which is unreachable ({why}); "
-            f"offline models: {names}"
-        )
-
-
 def gguf_folder(spec: ModelSpec, dtype: str | None = None) -> Path:
     """The converted folder of a spec's `gguf_file` (inside the local folder or hub repo `hf_id`).
 
@@ -348,7 +306,7 @@ def gguf_folder(spec: ModelSpec, dtype: str | None = None) -> Path:
     if _is_model_dir(dest):
         return dest
     if not local.is_dir():
-        _require_hub(spec)
+        require_hub(spec)
     dest.parent.mkdir(parents=True, exist_ok=True)
     with _lock(dest.name):
         if not _is_model_dir(dest):
@@ -373,7 +331,7 @@ def model_source(spec: ModelSpec, dtype: str | None = None) -> str:
         return str(gguf_folder(spec, dtype))
     if local.is_dir():
         return str(local.resolve())
-    _require_hub(spec)
+    require_hub(spec)
     return spec.hf_id
 
 

@@ -74,6 +74,10 @@ CONFIGS: dict[str, Config] = {
     "react-restart-2": Config(("--agent", "react", "--history", "full", "--restart-after", "2")),
     "single-shot-pass5-T0.8": Config(("--agent", "single-shot"), temperature=0.8, samples=5),
     "reflect-react": Config(("--agent", "reflect-react", "--history", "full")),
+    # reflect's first draft asked as the calibrated single-shot (bigcode's prompt, declaration prefilled)
+    "reflect-bigcode-draft": Config(("--agent", "reflect", "--reflect-draft", "bigcode")),
+    "reflect-react-bigcode-draft": Config(("--agent", "reflect-react", "--history", "full",
+                                           "--reflect-draft", "bigcode")),
     # the native tool protocol (the chat template's tool calls): each beside its text-protocol config
     "react-native": Config(("--agent", "react", "--history", "full", "--protocol", "native")),
     "reflect-react-native": Config(("--agent", "reflect-react", "--history", "full", "--protocol", "native")),

@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 from agent_harness.backends import load_backend
 from agent_harness.backends.loop import complete_all
+from agent_harness.backends.openai_http import lines
 from agent_harness.backends.openai_reply import (
     MAX_DEPTH,
     BadReply,
@@ -36,7 +37,6 @@ from agent_harness.backends.openai_reply import (
     ReplyCaps,
     StreamReply,
     body_reply,
-    lines,
     parse_json,
     usage_counts,
 )

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import itertools
 import sys
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -23,12 +22,12 @@ import pandas as pd
 from agent_harness.metrics import aggregate_pass_at_k, bootstrap_interval, wilson_interval
 from agent_harness.trace import TraceFrames
 
-from ._common import Section, colors, parser, passed, prepare, savefig, write_section
+from ._common import Section, parser, passed, prepare, write_section
+from .compare_plots import plot_pass, plot_pass_vs_steps, plot_tokens_time, plot_tools
 
 GROUP = ["model", "protocol", "scenario", "label"]
 ARM = ["model", "protocol"]  # what is compared: a model under one tool-calling protocol
 KS = (1, 5, 10)
-MAX_PANELS = 12
 DENSE_TURNS = 50  # pass_vs_steps: a row for every turn budget up to this
 MAX_PAIR_MODELS = 40  # pairwise: the models with the most episodes (pairs grow with the square)
 
@@ -233,40 +232,6 @@ def parse_failures(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
-def _group_name(scenario: str, label: str) -> str:
-    return f"{scenario}\n{label}"
-
-
-def plot_pass(table: pd.DataFrame, out: Path, several: bool | None = None) -> Path:
-    """pass@1 bars per arm (model, or "model (protocol)" when `several`) and scenario × label."""
-    import matplotlib.pyplot as plt
-
-    table = table.assign(model=arm_names(table, several))
-    models = sorted(table["model"].unique())
-    groups = sorted({(s, lab) for s, lab in zip(table["scenario"], table["label"], strict=True)})
-    width = 0.8 / len(models)
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(groups) * max(1, len(models) / 3)), 4.2))
-    col = colors(models)
-    for j, model in enumerate(models):
-        t = table[table["model"] == model].set_index(["scenario", "label"]).reindex(groups)
-        x = np.arange(len(groups)) + (j - (len(models) - 1) / 2) * width
-        y = t["pass@1"].to_numpy(float)
-        lo, hi = t["pass@1 lo"].to_numpy(float), t["pass@1 hi"].to_numpy(float)
-        err = np.clip(np.vstack([y - lo, hi - y]), 0, None)  # rounding can leave -1e-17
-        with warnings.catch_warnings():  # matplotlib's yerr check calls math.isfinite on a 1-element row
-            warnings.simplefilter("ignore", DeprecationWarning)
-            ax.bar(x, y, width, yerr=err, capsize=3, label=model, color=col[model])
-    rotate = len(groups) > 4
-    ax.set_xticks(np.arange(len(groups)), [_group_name(*g) for g in groups], fontsize=8,
-                  rotation=30 if rotate else 0, ha="right" if rotate else "center")
-    ax.set_ylim(0, 1.2)
-    ax.set_yticks(np.linspace(0, 1, 6))
-    ax.set_ylabel("pass@1 (95 % Wilson CI)")
-    ax.legend(fontsize=8, ncols=min(4, len(models)), loc="upper center")
-    ax.set_title("pass@1 by model")
-    return savefig(fig, out / "pass_at_1.png")
-
-
 def pass_vs_steps(runs: pd.DataFrame) -> pd.DataFrame:
     """Share of episodes that passed using at most s model turns: for every s up to the longest episode
     (at most DENSE_TURNS), and past that at each turn count some episode of the group used (the curve
@@ -286,70 +251,6 @@ def pass_vs_steps(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=cols)
 
 
-def plot_pass_vs_steps(curve: pd.DataFrame, out: Path, several: bool | None = None) -> Path:
-    """One panel per scenario × label, a step curve per arm."""
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
-    curve = curve.assign(model=arm_names(curve, several))
-    groups = sorted({(s, lab) for s, lab in zip(curve["scenario"], curve["label"], strict=True)})[:MAX_PANELS]
-    ncols = min(3, len(groups))
-    nrows = -(-len(groups) // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.2 * nrows), squeeze=False, sharey=True)
-    col = colors(sorted(curve["model"].unique()))
-    for ax, (scenario, label) in zip(axes.flat, groups, strict=False):
-        part = curve[(curve["scenario"] == scenario) & (curve["label"] == label)]
-        for model, g in part.groupby("model"):
-            ax.step(g["max turns"], g["pass@1"], where="post", label=model, color=col[model], marker="o",
-                    ms=3)
-        ax.set_title(f"{scenario} / {label}", fontsize=9)
-        ax.set_xlabel("max model turns")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_ylim(-0.02, 1.02)
-    for ax in axes.flat[len(groups):]:
-        ax.axis("off")
-    axes[0, 0].set_ylabel("pass@1 within the budget")
-    axes[0, 0].legend(fontsize=7)
-    return savefig(fig, out / "pass_vs_steps.png")
-
-
-def plot_tokens_time(runs: pd.DataFrame, out: Path, several: bool | None = None) -> Path:
-    """Box plots per arm of tokens and wall time per task (mean over samples)."""
-    import matplotlib.pyplot as plt
-
-    runs = runs.assign(model=arm_names(runs, several))
-    runs = runs.assign(tokens=runs["prompt_tokens"].fillna(0) + runs["completion_tokens"].fillna(0))
-    per_task = runs.groupby(["model", "scenario", "label", "task_id"])[["tokens", "elapsed_seconds"]].mean()
-    models = sorted(runs["model"].unique())
-    fig, axes = plt.subplots(1, 2, figsize=(max(8.0, 1.6 * len(models) * 2), 3.8))
-    panels = ((axes[0], "tokens", "tokens per task"), (axes[1], "elapsed_seconds", "wall s per task"))
-    for ax, metric, title in panels:
-        data = [per_task.loc[m, metric].dropna().to_numpy() for m in models]
-        ax.boxplot(data, tick_labels=models, showmeans=True)
-        ax.set_title(title + " (mean over samples)")
-        ax.tick_params(axis="x", labelrotation=20, labelsize=8)
-    return savefig(fig, out / "tokens_time.png")
-
-
-def plot_tools(tools: pd.DataFrame, out: Path, several: bool | None = None) -> Path:
-    """Calls per episode of each tool, a bar per arm."""
-    import matplotlib.pyplot as plt
-
-    tools = tools.assign(model=arm_names(tools, several)) if len(tools) else tools
-    wide = tools.pivot_table(index="tool", columns="model", values="calls/episode", fill_value=0.0)
-    fig, ax = plt.subplots(figsize=(7, 0.5 + 0.45 * max(1, len(wide)) * max(1, len(wide.columns) / 2)))
-    if wide.empty:
-        ax.text(0.5, 0.5, "no tool calls", ha="center", va="center")
-        ax.axis("off")
-    else:
-        col = colors(list(wide.columns))
-        wide.plot.barh(ax=ax, color=[col[m] for m in wide.columns])
-        ax.set_xlabel("calls per episode")
-        ax.legend(fontsize=8)
-    ax.set_title("tool use")
-    return savefig(fig, out / "tool_use.png")
-
-
 def analyze(frames: TraceFrames, out: Path, n_boot: int = 2000) -> Section:
     """Every table and plot of the comparison, as one section."""
     runs, steps = with_protocol(frames.runs), frames.steps
@@ -358,6 +259,10 @@ def analyze(frames: TraceFrames, out: Path, n_boot: int = 2000) -> Section:
     pairs, only, matrix = pairwise(runs)
     tools = tool_usage(runs, steps)
     curve = pass_vs_steps(runs)
+
+    def named(df: pd.DataFrame) -> pd.DataFrame:
+        return df.assign(model=arm_names(df, several))
+
     sec = Section("Model comparison", text=[
         f"{len(runs)} complete episodes of {runs['model'].nunique()} model(s), tool-calling protocol(s) "
         f"{', '.join(sorted(runs['protocol'].unique()))}, on "
@@ -405,10 +310,10 @@ def analyze(frames: TraceFrames, out: Path, n_boot: int = 2000) -> Section:
         ("pass_vs_steps", "pass@1 within a turn budget", curve),
     ]
     sec.plots += [
-        ("pass@1 by model (95 % CI)", plot_pass(table, out, several)),
-        ("pass@1 vs max turns", plot_pass_vs_steps(curve, out, several)),
-        ("Tokens and wall time per task", plot_tokens_time(runs, out, several)),
-        ("Tool use per episode", plot_tools(tools, out, several)),
+        ("pass@1 by model (95 % CI)", plot_pass(named(table), out)),
+        ("pass@1 vs max turns", plot_pass_vs_steps(named(curve), out)),
+        ("Tokens and wall time per task", plot_tokens_time(named(runs), out)),
+        ("Tool use per episode", plot_tools(named(tools) if len(tools) else tools, out)),
     ]
     return sec
 

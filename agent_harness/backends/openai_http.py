@@ -6,7 +6,7 @@ the SDK reads a non-2xx body whole before it raises (`await err.response.aread()
 exhaust the machine), and its stream parser buffered one 200 MB SSE line (865 MiB) and then ended
 without an error. Neither its reply path nor its error path could be used, so it would only build a
 URL and a JSON body here, on top of a second HTTP stack (`httpx2`) beside the project's httpx. Read
-with httpx's `aiter_raw` through `openai_reply.Body` the same replies peak at 37 MiB.
+with httpx's `aiter_raw` through `Body` (below) the same replies peak at 37 MiB.
 
 `complete` may run on different event loops over a backend's life (`complete_all` runs one loop per
 call, the runner its own `LoopThread`); an AsyncClient's connection pool belongs to one loop, so each
@@ -20,11 +20,13 @@ import asyncio
 import contextlib
 import threading
 import time
+import zlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendUnavailable
-from .openai_reply import BadReply, Body, Lines, Reply, ReplyCaps, StreamReply, body_reply, one_line, parse_json
+from .openai_reply import BadReply, Reply, ReplyCaps, StreamReply, body_reply, one_line, parse_json
 
 if TYPE_CHECKING:
     import httpx
@@ -161,3 +163,73 @@ async def read_head(resp: httpx.Response, limit: int) -> bytes:
             break
     return bytes(buf)
 
+
+class Body:
+    """A reply body's bytes as they arrive (`feed` each raw chunk): at most `limit` bytes on the wire and
+    `limit` unpacked, its Content-Encoding (gzip or deflate) undone in pieces of at most `limit` + 1
+    bytes, so a small compressed reply cannot unpack into a huge one in memory."""
+
+    def __init__(self, encoding: str, limit: int) -> None:
+        self.limit = limit
+        self.wire = self.size = 0
+        self.enc = encoding.strip().lower()
+        if self.enc not in ("", "identity", "gzip", "x-gzip", "deflate"):
+            raise BadReply(f"reply encoded as {one_line(self.enc, 40)!r}, which the harness does not read")
+        # zlib or gzip header, detected
+        self.unpack = zlib.decompressobj(wbits=47) if self.enc not in ("", "identity") else None
+
+    def feed(self, chunk: bytes) -> Iterator[bytes]:
+        """The unpacked pieces of `chunk`; BadReply once the body is over its cap or its encoding broken."""
+        self.wire += len(chunk)
+        if self.wire > self.limit:
+            raise BadReply(f"reply larger than its cap of {self.limit} bytes")
+        if self.unpack is None:
+            self.size = self.wire
+            yield chunk
+            return
+        try:
+            data = chunk
+            while data:
+                piece = self.unpack.decompress(data, self.limit + 1)
+                self.size += len(piece)
+                if self.size > self.limit:
+                    raise BadReply(f"reply larger than its cap of {self.limit} bytes")
+                yield piece
+                data = self.unpack.unconsumed_tail
+        except zlib.error as e:
+            raise BadReply(f"reply's {self.enc} encoding is broken: {one_line(str(e), 100)}") from None
+
+
+class Lines:
+    """Splits a byte stream into lines (LF or CRLF endings), decoded as UTF-8, as its pieces arrive;
+    linear in the bytes, and the buffer never holds more than was fed (bound that with `Body`)."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+
+    def feed(self, chunk: bytes) -> Iterator[str]:
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            self.buf += chunk[start:end]
+            yield _line(self.buf)
+            self.buf.clear()
+            start = end + 1
+        self.buf += chunk[start:]
+
+    def end(self) -> Iterator[str]:
+        """The last line, when the stream did not end with a newline."""
+        if self.buf:
+            yield _line(self.buf)
+            self.buf.clear()
+
+
+def lines(chunks: Iterable[bytes]) -> Iterator[str]:
+    """The lines of a byte stream, however its bytes are cut into chunks."""
+    split = Lines()
+    for chunk in chunks:
+        yield from split.feed(chunk)
+    yield from split.end()
+
+
+def _line(raw: bytearray) -> str:
+    return (raw[:-1] if raw.endswith(b"\r") else raw).decode("utf-8", "replace")

@@ -1,8 +1,8 @@
 """What an OpenAI-compatible server sends back, read as hostile input: bounded and validated.
 
-Nothing here touches the network: the transport feeds the body's bytes as they arrive to `Body`
-(size caps, Content-Encoding undone in bounded pieces) and `Lines` (SSE lines), and hands over parsed
-bodies (`body_reply`, `StreamReply`) and the `usage` record (`usage_counts`).
+Nothing here touches the network: the transport (`openai_http`: `Body` bounds the bytes and undoes their
+Content-Encoding, `Lines` splits SSE lines) hands over parsed bodies (`body_reply`, `StreamReply`) and the
+`usage` record (`usage_counts`).
 
 - Size: a reply may carry at most `ReplyCaps.bytes` (on the wire and unpacked) and `ReplyCaps.chars`
   of text, both derived from the request's `max_tokens`. A reply over either is refused as a whole
@@ -22,8 +22,7 @@ bodies (`body_reply`, `StreamReply`) and the `usage` record (`usage_counts`).
 from __future__ import annotations
 
 import json
-import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,41 +89,6 @@ def one_line(text: str, limit: int = MESSAGE_CHARS) -> str:
     """`text` on one line (whitespace runs collapsed), surrogates replaced, cut to `limit` characters."""
     line = " ".join(safe_text(text[: limit * 4]).split())
     return line if len(line) <= limit else line[: limit - 3] + "..."
-
-
-class Lines:
-    """Splits a byte stream into lines (LF or CRLF endings), decoded as UTF-8, as its pieces arrive;
-    linear in the bytes, and the buffer never holds more than was fed (bound that with `Body`)."""
-
-    def __init__(self) -> None:
-        self.buf = bytearray()
-
-    def feed(self, chunk: bytes) -> Iterator[str]:
-        start = 0
-        while (end := chunk.find(b"\n", start)) >= 0:
-            self.buf += chunk[start:end]
-            yield _line(self.buf)
-            self.buf.clear()
-            start = end + 1
-        self.buf += chunk[start:]
-
-    def end(self) -> Iterator[str]:
-        """The last line, when the stream did not end with a newline."""
-        if self.buf:
-            yield _line(self.buf)
-            self.buf.clear()
-
-
-def lines(chunks: Iterable[bytes]) -> Iterator[str]:
-    """The lines of a byte stream, however its bytes are cut into chunks."""
-    split = Lines()
-    for chunk in chunks:
-        yield from split.feed(chunk)
-    yield from split.end()
-
-
-def _line(raw: bytearray) -> str:
-    return (raw[:-1] if raw.endswith(b"\r") else raw).decode("utf-8", "replace")
 
 
 def parse_json(raw: bytes | str, what: str = "reply") -> Any:
@@ -385,42 +349,6 @@ def usage_counts(usage: dict[str, Any] | None, max_tokens: int,
     if isinstance(details, dict) and details.get("cached_tokens") is not None:
         cached = _count(details.get("cached_tokens"), prompt if prompt is not None else prompt_bound)
     return prompt, completion, cached
-
-
-class Body:
-    """A reply body's bytes as they arrive (`feed` each raw chunk): at most `limit` bytes on the wire and
-    `limit` unpacked, its Content-Encoding (gzip or deflate) undone in pieces of at most `limit` + 1
-    bytes, so a small compressed reply cannot unpack into a huge one in memory."""
-
-    def __init__(self, encoding: str, limit: int) -> None:
-        self.limit = limit
-        self.wire = self.size = 0
-        self.enc = encoding.strip().lower()
-        if self.enc not in ("", "identity", "gzip", "x-gzip", "deflate"):
-            raise BadReply(f"reply encoded as {one_line(self.enc, 40)!r}, which the harness does not read")
-        # zlib or gzip header, detected
-        self.unpack = zlib.decompressobj(wbits=47) if self.enc not in ("", "identity") else None
-
-    def feed(self, chunk: bytes) -> Iterator[bytes]:
-        """The unpacked pieces of `chunk`; BadReply once the body is over its cap or its encoding broken."""
-        self.wire += len(chunk)
-        if self.wire > self.limit:
-            raise BadReply(f"reply larger than its cap of {self.limit} bytes")
-        if self.unpack is None:
-            self.size = self.wire
-            yield chunk
-            return
-        try:
-            data = chunk
-            while data:
-                piece = self.unpack.decompress(data, self.limit + 1)
-                self.size += len(piece)
-                if self.size > self.limit:
-                    raise BadReply(f"reply larger than its cap of {self.limit} bytes")
-                yield piece
-                data = self.unpack.unconsumed_tail
-        except zlib.error as e:
-            raise BadReply(f"reply's {self.enc} encoding is broken: {one_line(str(e), 100)}") from None
 
 
 def error_message(raw: bytes) -> str:

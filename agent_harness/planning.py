@@ -125,7 +125,8 @@ def plan_jobs(cfg: RunConfig) -> Iterator[tuple[str, str, list[Job]]]:
 
 def strategy_options(cfg: RunConfig, spec: ModelSpec, strategy: str) -> dict[str, Any] | None:
     """The fingerprint's block of the strategy's own options: reflect's (its draft only when it is not the
-    default chat draft, so earlier reflect traces still match), the calibrated single-shot's prompt recipe."""
+    chat draft, the one earlier traces used, so they still match theirs), the calibrated single-shot's
+    prompt recipe."""
     if STRATEGIES[strategy].reflects:
         return cfg.reflect.for_model(spec.bigcode_prompt).fingerprint()
     if strategy == "single_shot":

@@ -42,7 +42,7 @@ def write_fix() -> Completion:
 @pytest.fixture
 def chain() -> Iterator[ReflectThenReact]:
     ws = Workspace.create(TASK.files, test_cmd=TASK.test_cmd)
-    yield ReflectThenReact(TASK, ws, PARAMS, SCENARIO, ReflectConfig(iters=2), AgentConfig())
+    yield ReflectThenReact(TASK, ws, PARAMS, SCENARIO, ReflectConfig(iters=2, draft="chat"), AgentConfig())
     ws.cleanup()
 
 

@@ -119,7 +119,10 @@ def run_models(tmp_path: Path, scenario: str, strategy: str, scripts: dict[str, 
     tasks = sorted({t for per_task in scripts.values() for t in per_task})
     models = [*scripts, *(["oracle"] if with_oracle else [])]
     r = cli("--registry", str(reg), "--models", ",".join(models), "--scenario", scenario, "--tasks", ",".join(tasks),
-            "--agent", strategy, "--out", str(out), "--no-embed", "--no-progress")
+            "--agent", strategy, "--out", str(out), "--no-embed", "--no-progress",
+            # reflect's turns after the first are asked in chat form under either draft; the bigcode draft's
+            # continuation is post-processed as single-shot's, whose forgeries test_bigcode_prompt.py runs
+            *(["--reflect-draft", "chat"] if strategy.startswith("reflect") else []))
     assert r.returncode == 0, r.stderr[-3000:]
     assert (out / "summary.json").is_file(), r.stderr[-3000:]
     outcomes = {}

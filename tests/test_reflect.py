@@ -38,10 +38,13 @@ def reply(text: str) -> Completion:
     return Completion(text=text, prompt_tokens=10, completion_tokens=5, finish_reason="stop", latency_s=0.0)
 
 
+CHAT = ReflectConfig(draft="chat")
+
 @pytest.fixture
 def episode() -> Iterator[ReflectEpisode]:
     ws = Workspace.create(TASK.files, test_cmd=TASK.test_cmd)
-    yield ReflectEpisode(TASK, ws, GenParams(max_tokens=384, seed=7), SCENARIO)
+    # the chat draft: every turn answered with a code block (the bigcode draft: test_bigcode_prompt.py)
+    yield ReflectEpisode(TASK, ws, GenParams(max_tokens=384, seed=7), SCENARIO, CHAT)
     ws.cleanup()
 
 
@@ -175,7 +178,7 @@ def test_unchanged_original_is_named(episode: ReflectEpisode) -> None:
 
 
 def test_iters_bound_the_episode(episode: ReflectEpisode) -> None:
-    episode.config = ReflectConfig(iters=2)
+    episode.config = ReflectConfig(iters=2, draft="chat")
     episode.advance(reply("no code here"))
     episode.advance(reply("still none"))
     assert episode.done and episode.exit_reason == "max_steps" and not hidden_pass(episode)
@@ -214,7 +217,7 @@ def test_task_with_docstring_label() -> None:
     task: Task = SCENARIO.load_tasks(TaskQuery(label="docs", task_ids=("Python/2",)))[0]
     ws = Workspace.create(task.files, test_cmd=task.test_cmd)
     try:
-        ep = ReflectEpisode(task, ws, GenParams(), SCENARIO)
+        ep = ReflectEpisode(task, ws, GenParams(), SCENARIO, CHAT)
         assert "Return the decimal part of the number." in ep.user_prompt and "def check" not in ep.user_prompt
         ep.advance(reply(FIX))
         assert ep.exit_reason == "submitted" and SCENARIO.score(task, ws, []).passed
@@ -226,7 +229,7 @@ def test_a_multiline_assert_is_shown_whole() -> None:
     task = SCENARIO.load_tasks(TaskQuery(task_ids=("Python/1",)))[0]
     ws = Workspace.create(task.files, test_cmd=task.test_cmd)
     try:
-        ep = ReflectEpisode(task, ws, GenParams(), SCENARIO)
+        ep = ReflectEpisode(task, ws, GenParams(), SCENARIO, CHAT)
         ep.advance(reply("```python\nfrom typing import List\n\n\n"
                          "def separate_paren_groups(paren_string: str) -> List[str]:\n    return []\n```"))
         text = ep.steps[-1].text

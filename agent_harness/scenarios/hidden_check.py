@@ -1,5 +1,4 @@
 """The HumanEvalFix hidden check, run by the sandbox's python3 (standard library only).
-One file on purpose (hence its length): hidden_score.py copies it into the workspace and runs it alone.
 
 Two processes. The checker (``python3 -P this.py VERDICT_FD SPEC``) holds the dataset's test, the
 helpers the task's reference code defines and the harness's report pipe; it never imports the code

@@ -79,7 +79,7 @@ class StrategyInfo:
 
     def requirements(self, reflect: ReflectConfig) -> tuple[Need, ...]:
         """What it needs of a scenario under `reflect`: the bigcode draft adds a bigcode-style prompt."""
-        return ((CALIBRATED,) if self.reflects and reflect.draft == "bigcode" else ()) + self.needs
+        return self.needs + ((CALIBRATED,) if self.reflects and reflect.draft == "bigcode" else ())
 
     def supports(self, scenario: object, reflect: ReflectConfig) -> bool:
         return all(n.met(scenario) for n in self.requirements(reflect))

@@ -200,8 +200,8 @@ class ReflectConfig:
 
     iters: int = setting(4, "reflect's model turns per episode", type=int)
     temperatures: tuple[float, ...] = (0.0, 0.4, 0.7, 1.0)  # the last one repeats
-    draft: str = setting("chat", "how the first turn asks: chat (the task, a code block "
-                         "asked for) or bigcode (as single-shot asks: the declaration prefilled)",
+    draft: str = setting("bigcode", "how the first turn asks: bigcode (as single-shot asks: the declaration "
+                         "prefilled; measured best) or chat (the task, a code block asked for)",
                          flag="reflect-draft", choices=DRAFTS, added="chat")
     recipe: str | None = None
 

@@ -6,9 +6,10 @@ and tested in the sandbox. On a failure the next prompt holds only the task, the
 code and the failing check, not the whole history: small models copy what their context holds.
 A version already tried gets "try a different approach" with its known failure instead of a
 second test run. Temperature rises per iteration (seeded; both recorded on each attempt step).
-With `draft="bigcode"` (--reflect-draft bigcode) the first turn is asked as the calibrated single-shot
-asks (the declaration prefilled, bigcode's stop words and post-processing); the turns after it are
-asked in chat form as usual, the draft shown as the last attempt.
+With `draft="bigcode"` (the default) the first turn is asked as the calibrated single-shot asks (the
+declaration prefilled, bigcode's stop words and post-processing); the turns after it are asked in chat
+form, the draft shown as the last attempt. `--reflect-draft chat` asks the first turn in chat form too
+(the default before 2026-11-27: 18 of 164 tasks against 26 for the 0.5B, bench/RESULTS.md).
 
 `ReflectEpisode` has the shape of `agent.Episode` (prompt, gen_params, advance, done, steps, ...),
 so the runner's tick and streaming loops run it unchanged. Scenarios opt in by implementing
@@ -107,7 +108,7 @@ class ReflectEpisode(EpisodeState):
     _tried: dict[str, tuple[int, str, bool]] = field(default_factory=dict)  # code -> attempt, failure, valid
 
     def __post_init__(self) -> None:
-        self.draft: FixPrompt | None = None  # the first turn's bigcode-style prompt (--reflect-draft bigcode)
+        self.draft: FixPrompt | None = None  # the first turn's bigcode-style prompt (the default draft)
         if self.config.draft == "bigcode":
             if not isinstance(self.scenario, Calibrated):
                 raise ConfigError("--reflect-draft bigcode needs a scenario with a bigcode-style prompt")

@@ -19,7 +19,7 @@ DEEP = HEAD + "    return number" + ".real" * 50_000 + "\n```"  # nests past the
 FIX = HEAD + "    return number % 1.0\n```"
 
 
-def run(tmp_path: Path, agent: str, replies: list[str]) -> dict[str, Any]:
+def run(tmp_path: Path, agent: str, replies: list[str], *flags: str) -> dict[str, Any]:
     """One scripted episode of Python/2 (truncate_number) under `agent`; returns its trace."""
     tmp_path.mkdir(exist_ok=True)
     script = tmp_path / "script.jsonl"
@@ -29,7 +29,7 @@ def run(tmp_path: Path, agent: str, replies: list[str]) -> dict[str, Any]:
     reg.write_text(f"models:\n  - {json.dumps(model)}\n")  # room for the 8,000-line reply
     out = tmp_path / "out"
     r = subprocess.run([sys.executable, str(ROOT / "run_agents.py"), "--registry", str(reg), "--models", "hostile",
-                        "--agent", agent, "--tasks", "Python/2", "--out", str(out), "--no-embed"],
+                        "--agent", agent, "--tasks", "Python/2", "--out", str(out), "--no-embed", *flags],
                        capture_output=True, text=True, cwd=ROOT, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert r.returncode == 0, r.stderr[-3000:]
     assert (out / "summary.json").is_file(), r.stderr[-3000:]
@@ -38,13 +38,24 @@ def run(tmp_path: Path, agent: str, replies: list[str]) -> dict[str, Any]:
 
 
 def test_reflect_judges_each_hostile_reply_and_goes_on(tmp_path: Path) -> None:
-    trace = run(tmp_path, "reflect", [DEEP, UNCLOSED, FIX])
+    trace = run(tmp_path, "reflect", [DEEP, UNCLOSED, FIX], "--reflect-draft", "chat")  # code blocks every turn
     feedback = [s for s in trace["steps"] if s["type"] == "feedback"]
     assert [s["check"] for s in feedback] == ["syntax", "syntax", "passed"], [s["text"][:200] for s in feedback]
     assert "cannot be compiled" in feedback[0]["text"]
     assert "never closed" in feedback[1]["text"]
     attempts = [s for s in trace["steps"] if s["type"] == "attempt"]
     assert attempts[1]["text"].count("        number,\n") == 8000  # the code as written, not cut short
+    assert trace["outcome"]["passed"] is True
+
+
+def test_reflect_judges_a_hostile_draft_continuation_and_goes_on(tmp_path: Path) -> None:
+    """The default draft continues the prefilled declaration: a body nested past the parser's limit is
+    judged like any other attempt, and the chat turns after it go on."""
+    trace = run(tmp_path, "reflect", [DEEP.removeprefix(HEAD).removesuffix("```"), UNCLOSED, FIX])
+    assert trace["agent"]["reflect"]["draft"] == "bigcode"
+    feedback = [s for s in trace["steps"] if s["type"] == "feedback"]
+    assert [s["check"] for s in feedback] == ["syntax", "syntax", "passed"], [s["text"][:200] for s in feedback]
+    assert "cannot be compiled" in feedback[0]["text"]
     assert trace["outcome"]["passed"] is True
 
 

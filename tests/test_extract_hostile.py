@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 HEAD = "```python\ndef truncate_number(number: float) -> float:\n"
 UNCLOSED = HEAD + "    return round(\n" + "        number,\n" * 8000  # cut off inside a bracket
@@ -37,25 +39,19 @@ def run(tmp_path: Path, agent: str, replies: list[str], *flags: str) -> dict[str
     return dict(json.loads(trace.read_text()))
 
 
-def test_reflect_judges_each_hostile_reply_and_goes_on(tmp_path: Path) -> None:
-    trace = run(tmp_path, "reflect", [DEEP, UNCLOSED, FIX], "--reflect-draft", "chat")  # code blocks every turn
+@pytest.mark.parametrize("draft", ["chat", "bigcode"])
+def test_reflect_judges_each_hostile_reply_and_goes_on(tmp_path: Path, draft: str) -> None:
+    """The chat draft takes a code block every turn; the default bigcode draft continues the prefilled
+    declaration on the first turn, so its hostile body comes without the head, then chat turns follow."""
+    first = DEEP if draft == "chat" else DEEP.removeprefix(HEAD).removesuffix("```")
+    trace = run(tmp_path, "reflect", [first, UNCLOSED, FIX], "--reflect-draft", draft)
+    assert trace["agent"]["reflect"]["draft"] == draft
     feedback = [s for s in trace["steps"] if s["type"] == "feedback"]
     assert [s["check"] for s in feedback] == ["syntax", "syntax", "passed"], [s["text"][:200] for s in feedback]
     assert "cannot be compiled" in feedback[0]["text"]
     assert "never closed" in feedback[1]["text"]
     attempts = [s for s in trace["steps"] if s["type"] == "attempt"]
     assert attempts[1]["text"].count("        number,\n") == 8000  # the code as written, not cut short
-    assert trace["outcome"]["passed"] is True
-
-
-def test_reflect_judges_a_hostile_draft_continuation_and_goes_on(tmp_path: Path) -> None:
-    """The default draft continues the prefilled declaration: a body nested past the parser's limit is
-    judged like any other attempt, and the chat turns after it go on."""
-    trace = run(tmp_path, "reflect", [DEEP.removeprefix(HEAD).removesuffix("```"), UNCLOSED, FIX])
-    assert trace["agent"]["reflect"]["draft"] == "bigcode"
-    feedback = [s for s in trace["steps"] if s["type"] == "feedback"]
-    assert [s["check"] for s in feedback] == ["syntax", "syntax", "passed"], [s["text"][:200] for s in feedback]
-    assert "cannot be compiled" in feedback[0]["text"]
     assert trace["outcome"]["passed"] is True
 
 

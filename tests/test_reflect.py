@@ -40,6 +40,7 @@ def reply(text: str) -> Completion:
 
 CHAT = ReflectConfig(draft="chat")
 
+
 @pytest.fixture
 def episode() -> Iterator[ReflectEpisode]:
     ws = Workspace.create(TASK.files, test_cmd=TASK.test_cmd)

@@ -194,7 +194,7 @@ def split_rendering(tokenizer: Any, conv: Conversation, template: str | None = N
         pieces += [(skeleton[pos:at], False), (text, True)]
         pos = at + len(mark)
     tail = skeleton[pos:]  # continued: the end of the last turn, left out of the prompt
-    if go_on and (not found or found[-1][2] is not conv[-1]["content"] or conv[-1].get("tool_calls")):
+    if go_on and (not found or found[-1][1] != skeleton_conv[-1]["content"] or conv[-1].get("tool_calls")):
         return None  # a continued turn must end with its own content
     if "".join(text for text, _ in pieces) + tail != _render(tokenizer, conv, go_on, template, tools):
         return None

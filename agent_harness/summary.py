@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from .trace import load_traces, write_json_atomic
-from .trace_io import read_json, report_skipped
+from .trace_io import report_skipped
 
 
 def _stats(runs: Any) -> dict[str, Any]:
@@ -109,12 +109,3 @@ def print_table(summary: dict[str, Any], console: Any = None) -> None:
                       "or the episode never reached scoring; they are left out of pass@1 and compromise rates",
                       style="yellow", markup=False, highlight=False)
 
-
-def load_summary(out_dir: Path) -> dict[str, Any]:
-    """summary.json of `out_dir`, read by the safe reader; Unreadable (a ValueError) when refused."""
-    from .trace_io import Unreadable
-
-    data = read_json(Path(out_dir) / "summary.json")
-    if not isinstance(data, dict):
-        raise Unreadable("summary.json: not an object")
-    return data

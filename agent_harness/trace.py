@@ -151,8 +151,3 @@ def set_aside(path: Path) -> Path | None:
         dest = path.with_name(f"{path.name}.superseded-{tag}-{n}")
     path.rename(dest)
     return dest
-
-
-def is_complete(path: Path, fingerprint: str) -> bool:
-    """True when `--resume` may keep the trace at `path` (complete, same configuration)."""
-    return resume_status(path, fingerprint) == "reuse"

@@ -3,9 +3,12 @@
 
     .venv/bin/python bench/throughput.py [--n 20] [--configs sequential,batched,vllm] [--concurrency 16]
     .venv/bin/python bench/throughput.py --old-tree /tmp/old --configs old:vllm,vllm   # a commit against HEAD
+    .venv/bin/python bench/throughput.py ... --load 8       # the same with a second engine loading the cores
 
 A config prefixed `old:` runs from `--old-tree` (a `git worktree` of an earlier commit), so two commits
-are compared side by side in one run on one machine.
+are compared side by side in one run on one machine; the old tree reads this checkout's prepared
+weights (AGENT_HARNESS_CACHE). `--load N` runs every config beside a second vLLM engine of the same
+model decoding N sampled requests at a time (bench/load_engine.py), as when two sweeps share the cores.
 
 Every configuration runs `run_agents.py` in its own process on the same model, tasks and greedy
 settings, with embeddings on (they are part of the harness overhead):
@@ -38,6 +41,7 @@ import platform
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -85,9 +89,10 @@ def run_config(name: str, args: argparse.Namespace, out: Path) -> dict[str, Any]
     agent = ["--agent", args.agent] if args.agent else []
     cmd = [sys.executable, str(tree / "run_agents.py"), "--models", model, "--backend", cfg["backend"],
            "--concurrency", str(conc), "--max-steps", str(args.max_steps), "--out", str(out), "--no-progress",
-           *agent, *cfg.get("flags", [])]
+           *agent, *cfg.get("flags", []), *args.args.split()]
     cmd += ["--tasks", args.tasks] if args.tasks else ["--n", str(args.n)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", **cfg["env"]}
+    env.setdefault("AGENT_HARNESS_CACHE", str(ROOT / ".cache"))
     print(f"[{name}] {' '.join(cmd[1:])}", flush=True)
     proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -98,7 +103,7 @@ def run_config(name: str, args: argparse.Namespace, out: Path) -> dict[str, Any]
     for p in out.rglob("run_*.json"):
         t = json.loads(p.read_text())
         passed[t["task_id"]] = bool(t["outcome"]["passed"])
-    entry = summary[model]["humanevalfix"]
+    entry = next(v for k, v in summary[model].items() if k.startswith("humanevalfix"))  # -<strategy> suffix
     return {"config": name, "stats": stats, "pass@1": entry["pass@1"], "passed": passed,
             "mean_steps": entry["mean_steps"], "exit_reasons": entry["exit_reasons"]}
 
@@ -113,6 +118,8 @@ def main() -> int:
     ap.add_argument("--max-steps", type=int, default=8)
     ap.add_argument("--agent", default="react", help="the strategy every config runs (react, reflect-react, ...)")
     ap.add_argument("--old-tree", type=Path, default=None, help="a worktree of an earlier commit, for `old:` configs")
+    ap.add_argument("--args", default="", help="more run_agents.py flags for every config")
+    ap.add_argument("--load", type=int, default=0, help="a second engine decoding this many requests (0: quiet)")
     ap.add_argument("--keep", type=Path, default=None, help="keep the traces under this folder")
     ap.add_argument("--no-write", action="store_true", help="print only; do not append to RESULTS.md")
     args = ap.parse_args()
@@ -127,7 +134,21 @@ def main() -> int:
             print(f"[{name}] skipped: vllm is not installed", flush=True)
             names.remove(name)
     base = args.keep or Path(tempfile.mkdtemp(prefix="bench-throughput-"))
-    results = [run_config(name, args, base / name) for name in names]
+    load_note = "quiet machine"
+    if args.load:
+        from load_engine import engine_load
+
+        with engine_load(args.model, base, args.load) as load:
+            results, shares = [], []
+            for name in names:
+                t0, k0 = time.monotonic(), load.completion_tokens
+                results.append(run_config(name, args, base / name))
+                shares.append(f"{name} {(load.completion_tokens - k0) / (time.monotonic() - t0):.1f}")
+            load_note = (f"loaded: a second vLLM engine of {args.model} decoding {args.load} sampled requests "
+                         f"at a time throughout (its own tok/s while each row ran, load included: "
+                         f"{', '.join(shares)}; {load.errors} errors)")
+    else:
+        results = [run_config(name, args, base / name) for name in names]
 
     ref = results[0]
     rows = []
@@ -150,7 +171,8 @@ def main() -> int:
         f"## Throughput: {args.model}, {tasks} (`bench/throughput.py`, {when})", "",
         f"Machine: {_machine()}; git {_git()}"
         + (f", `old:` rows from {args.old_tree} (git {_git(args.old_tree)})" if args.old_tree else "")
-        + f". --agent {args.agent}, greedy, max {args.max_steps} steps, embeddings on. "
+        + f". {load_note}. --agent {args.agent}{' ' + args.args if args.args else ''}, greedy, "
+        f"max {args.max_steps} steps, embeddings on. "
         "Overhead = wall time with no request at the backend (parsing, tools, sandbox, scoring, traces, "
         "embeddings; before the async backends: time outside `generate`). Mean batch = requests in flight "
         "while the backend is busy (before: rows per generate call or engine step). Agreement = tasks with "

@@ -118,7 +118,7 @@ def main() -> int:
     ap.add_argument("--max-steps", type=int, default=8)
     ap.add_argument("--agent", default="react", help="the strategy every config runs (react, reflect-react, ...)")
     ap.add_argument("--old-tree", type=Path, default=None, help="a worktree of an earlier commit, for `old:` configs")
-    ap.add_argument("--args", default="", help="more run_agents.py flags for every config")
+    ap.add_argument("--args", default="", help="more run_agents.py flags for every config, as --args='--flag value'")
     ap.add_argument("--load", type=int, default=0, help="a second engine decoding this many requests (0: quiet)")
     ap.add_argument("--keep", type=Path, default=None, help="keep the traces under this folder")
     ap.add_argument("--no-write", action="store_true", help="print only; do not append to RESULTS.md")

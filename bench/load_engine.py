@@ -88,7 +88,11 @@ def engine_load(model: str, out: Path, streams: int = 8, max_tokens: int = 256) 
                                     daemon=True) for k in range(streams)]
         for t in threads:
             t.start()
-        while load.replies == 0 and srv.alive:
+        deadline = time.monotonic() + 600
+        while load.replies == 0:  # a loader that never loads would make a "loaded" row a quiet one
+            if not srv.alive or time.monotonic() > deadline:
+                raise SystemExit(f"[load] the second engine gave no reply ({load.errors} failed requests): "
+                                 f"{srv.cause() or 'see ' + str(srv.log)}")
             time.sleep(1)
         load.started, load.completion_tokens, load.replies = time.monotonic(), 0, 0
         yield load

@@ -34,10 +34,12 @@ section to bench/RESULTS.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -46,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from _machine import cpu_name  # bench/ is on sys.path when a benchmark runs as a script
+from load_engine import engine_load
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "RESULTS.md"
@@ -89,7 +92,7 @@ def run_config(name: str, args: argparse.Namespace, out: Path) -> dict[str, Any]
     agent = ["--agent", args.agent] if args.agent else []
     cmd = [sys.executable, str(tree / "run_agents.py"), "--models", model, "--backend", cfg["backend"],
            "--concurrency", str(conc), "--max-steps", str(args.max_steps), "--out", str(out), "--no-progress",
-           *agent, *cfg.get("flags", []), *args.args.split()]
+           *agent, *cfg.get("flags", []), *shlex.split(args.args)]
     cmd += ["--tasks", args.tasks] if args.tasks else ["--n", str(args.n)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", **cfg["env"]}
     env.setdefault("AGENT_HARNESS_CACHE", str(ROOT / ".cache"))
@@ -134,21 +137,17 @@ def main() -> int:
             print(f"[{name}] skipped: vllm is not installed", flush=True)
             names.remove(name)
     base = args.keep or Path(tempfile.mkdtemp(prefix="bench-throughput-"))
-    load_note = "quiet machine"
-    if args.load:
-        from load_engine import engine_load
-
-        with engine_load(args.model, base, args.load) as load:
-            results, shares = [], []
-            for name in names:
-                t0, k0 = time.monotonic(), load.completion_tokens
-                results.append(run_config(name, args, base / name))
+    results, shares = [], []
+    with engine_load(args.model, base, args.load) if args.load else contextlib.nullcontext() as load:
+        for name in names:
+            t0, k0 = time.monotonic(), load.completion_tokens if load else 0
+            results.append(run_config(name, args, base / name))
+            if load:
                 shares.append(f"{name} {(load.completion_tokens - k0) / (time.monotonic() - t0):.1f}")
-            load_note = (f"loaded: a second vLLM engine of {args.model} decoding {args.load} sampled requests "
-                         f"at a time throughout (its own tok/s while each row ran, load included: "
-                         f"{', '.join(shares)}; {load.errors} errors)")
-    else:
-        results = [run_config(name, args, base / name) for name in names]
+        load_note = "quiet machine" if not load else (
+            f"loaded: a second vLLM engine of {args.model} decoding {args.load} sampled requests at a time "
+            f"throughout (its own tok/s while each row ran, load included: {', '.join(shares)}; "
+            f"{load.errors} errors)")
 
     ref = results[0]
     rows = []

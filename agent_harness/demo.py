@@ -29,9 +29,11 @@ def _call(thought: str, tool: str, args: dict[str, str], block: str | None = Non
 
 
 @cache
-def demo_messages(tool_names: tuple[str, ...], reminder: bool, native: bool = False) -> tuple[Message, ...]:
+def demo_messages(tool_names: tuple[str, ...], reminder: bool, native: bool = False,
+                  submit: bool = False) -> tuple[Message, ...]:
     """The demo turns for an agent with these tools (run_tests, else run_cmd, runs the tests); `native`: in
-    the native tool protocol (the calls as the template's tool calls, the results as tool messages)."""
+    the native tool protocol (the calls as the template's tool calls, the results as tool messages);
+    `submit`: tool_choice required, every reply a bare call (as the prefill makes them) and submit finishes."""
     from .history import native_call
     from .tools import ToolOptions, run_tool
     from .workspace import Workspace
@@ -49,10 +51,10 @@ def demo_messages(tool_names: tuple[str, ...], reminder: bool, native: bool = Fa
     try:
         for n, (thought, tool, args) in enumerate(steps):
             result = run_tool(ws, tool, args, ToolOptions())
-            hint = next_step(tool, result.tests_passed, native) if reminder else None
+            hint = next_step(tool, result.tests_passed, native, submit) if reminder else None
             if native:
                 call_id = f"demo_{n}"
-                messages.append({"role": "assistant", "content": thought,
+                messages.append({"role": "assistant", "content": "" if submit else thought,
                                  "tool_calls": [native_call(call_id, tool, args)]})
                 messages.append({"role": "tool", "tool_call_id": call_id,
                                  "content": format_observation(result.text, hint, header=False)})
@@ -63,7 +65,11 @@ def demo_messages(tool_names: tuple[str, ...], reminder: bool, native: bool = Fa
             messages.append({"role": "user", "content": format_observation(result.text, hint)})
     finally:
         ws.cleanup()
-    final = "The tests pass: last() returns the last item." if native else \
-        "THOUGHT: The tests pass.\nFINAL: last() returns the last item."
+    summary = "last() returns the last item."
+    if submit:
+        messages.append({"role": "assistant", "content": "",
+                         "tool_calls": [native_call(f"demo_{len(steps)}", "submit", {"summary": summary})]})
+        return tuple(messages)
+    final = f"The tests pass: {summary}" if native else f"THOUGHT: The tests pass.\nFINAL: {summary}"
     messages.append({"role": "assistant", "content": final})
     return tuple(messages)

@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from .errors import FormatError
-from .protocol import EXPECTED_FORM, REMINDER, format_error, format_observation, next_step
-from .protocol.native import NATIVE_EXPECTED_FORM
-from .protocol.prompt import NATIVE_REMINDER
+from .protocol import EXPECTED_FORM, format_error, format_observation, next_step
+from .protocol.native import CALL_PREFILL, expected_form
+from .protocol.prompt import reminder_for
 from .steps import (
     FileVersion,
     Final,
@@ -222,12 +222,12 @@ def tool_facts(ws: Workspace, steps: Sequence[Step], tool: str | None, args: Map
 # Messages
 
 
-def user_message(step: Answer, format_reminder: bool, native: bool = False) -> Message:
+def user_message(step: Answer, format_reminder: bool, native: bool = False, submit: bool = False) -> Message:
     """The message after a turn's reply, from the step that ends the turn (its tool result, submit check
     or parse error). The agent and `rebuild_prompt` both build it here. `native`: the native protocol's
-    words, and a tool result is a `tool` message answering its call."""
+    words, and a tool result is a `tool` message answering its call; `submit`: tool_choice required."""
     if isinstance(step, ParseError):
-        expected = NATIVE_EXPECTED_FORM if native else EXPECTED_FORM
+        expected = expected_form(submit) if native else EXPECTED_FORM
         return {"role": "user", "content": format_error(FormatError(step.text), expected)}
     note = step.note if isinstance(step, SubmitCheck) else None
     text = f"{note}\n\n{step.text}" if note else step.text
@@ -235,8 +235,8 @@ def user_message(step: Answer, format_reminder: bool, native: bool = False) -> M
     if format_reminder:
         passed = step.tests["passed"] if step.tests else None
         stale = isinstance(step, ToolResult) and step.stale
-        reminder = (f"{STALE_HINT} {NATIVE_REMINDER if native else REMINDER}" if stale
-                    else next_step(step.tool, passed, native))
+        reminder = (f"{STALE_HINT} {reminder_for(native, submit)}" if stale
+                    else next_step(step.tool, passed, native, submit))
     if native and isinstance(step, ToolResult) and step.call_id is not None:
         return {"role": "tool", "tool_call_id": step.call_id, "content": format_observation(text, reminder, False)}
     return {"role": "user", "content": format_observation(text, reminder)}
@@ -326,6 +326,7 @@ def rebuild_prompt(trace: Mapping[str, Any], turn: int) -> Conversation:
     prompt, steps = trace["prompt"], parse_steps(trace["steps"])
     reminder = (trace.get("agent") or {}).get("format_reminder", True)
     native = (trace.get("agent") or {}).get("protocol") == "native"
+    submit = native and (trace.get("agent") or {}).get("tool_choice") == "required"
     head: Conversation = [{"role": "system", "content": prompt["system"]}, *prompt.get("demo", []),
                           {"role": "user", "content": prompt["task"]}]
     exchanges: list[Exchange] = []
@@ -337,7 +338,7 @@ def rebuild_prompt(trace: Mapping[str, Any], turn: int) -> Conversation:
             break
         raw = next(s.raw for s in group if isinstance(s, Opens) and s.raw is not None)
         end = next((s for s in group if isinstance(s, Answer)), None)
-        answer = None if end is None else user_message(end, reminder, native)
+        answer = None if end is None else user_message(end, reminder, native, submit)
         call = next((s for s in group if isinstance(s, ToolCall)), None)
         if native and call is not None and call.call_id and call.tool:  # the call as the model was shown it
             thought = next((s.text for s in group if isinstance(s, Thought)), "")
@@ -348,4 +349,5 @@ def rebuild_prompt(trace: Mapping[str, Any], turn: int) -> Conversation:
     for s in steps:
         if s.turn <= turn and isinstance(s, Opens) and s.elided:
             elided.update({(e["turn"], e["role"]): e["text"] for e in s.elided})
-    return conversation(head, exchanges, elided)
+    sent = conversation(head, exchanges, elided)
+    return [*sent, {"role": "assistant", "content": CALL_PREFILL}] if submit else sent

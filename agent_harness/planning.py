@@ -59,13 +59,15 @@ class RunConfig:
 
     def agent_for(self, spec: ModelSpec, strategy: str) -> AgentConfig:
         """The agent settings `spec`'s episodes of `strategy` run with: --protocol, else the model's preferred
-        protocol, for a strategy that calls tools; text for one that calls none."""
-        uses_tools = STRATEGIES[strategy].uses_tools
-        return replace(self.agent, protocol=(self.agent.protocol or spec.protocol) if uses_tools else "text")
+        protocol, for a strategy that calls tools; text (and no tool choice) for one that calls none."""
+        if not STRATEGIES[strategy].uses_tools:
+            return replace(self.agent, protocol="text", tool_choice="auto")
+        return replace(self.agent, protocol=self.agent.protocol or spec.protocol)
 
     def folder(self, spec: ModelSpec, strategy: str, scenario: str) -> str:
         """The trace folder of `spec`'s episodes of `strategy` on `scenario` (its protocol's own under native)."""
-        return STRATEGIES[strategy].dirname(scenario, self.agent_for(spec, strategy).protocol or "text")
+        agent = self.agent_for(spec, strategy)
+        return STRATEGIES[strategy].dirname(scenario, agent.protocol or "text", agent.tool_choice)
 
     def strategy_for(self, scenario: Scenario) -> StrategyInfo:
         """The strategy `scenario` runs: --agent's for every scenario, else the scenario's default."""

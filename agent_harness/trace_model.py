@@ -12,8 +12,8 @@ strategy (steps carry their `phase`; a "handoff" step between the phases), 1.7 t
 (strategy single_shot now asks as bigcode-evaluation-harness does: `agent.single_shot` names its prompt
 recipe, `prompt.prefill` the assistant turn's start) and single_shot_chat, the earlier chat-style
 single-shot (a single_shot trace before 1.7 is that one), 1.8 the native tool protocol (`agent.protocol`,
-`prompt.tools`, a step's `server_calls`). Fields an older trace may lack have defaults, so the generated
-schema validates 1.0-1.8 traces alike.
+`prompt.tools`, a step's `server_calls`; later in 1.8, `agent.tool_choice` required). Fields an older
+trace may lack have defaults, so the generated schema validates 1.0-1.8 traces alike.
 
 Presence is deliberate: a field marked `OMIT_UNSET` is written only once it has been set (an outcome
 gets `score_details` or `score_error` only from scoring, the agent block `reflect` only under that
@@ -125,6 +125,9 @@ class AgentInfo(_Part):
     protocol: Literal["text", "native"] | None = _omit_unset(
         description="How the tool agent calls tools (1.8): native, the chat template's or API's tool calls "
         "(`tools=`, `tool` messages); absent: text (THOUGHT / TOOL_CALL / FINAL).")
+    tool_choice: Literal["auto", "required"] | None = _omit_unset(
+        description="native protocol: required, every reply began as a call (prefilled) and the `submit` "
+        "tool finished; absent: auto, a reply with no call was the final answer.")
     reflect: dict[str, Any] = _omit_unset(default_factory=dict,
                                           description="reflect only: iters, temperatures, draft (chat or bigcode: "
                                           "how the first turn asks, 1.7; bigcode adds prompt and recipe).")
@@ -145,7 +148,8 @@ class Prompt(_Part):
     demo: list[ChatTurn] = Field(default_factory=list,
                                  description="Worked-example chat turns shown before the task (demo.py).")
     prefill: str | None = _omit_unset(description="single_shot (1.7): the start of the assistant turn the model "
-                                      "continued (the function's declaration).")
+                                      "continued (the function's declaration); native with tool_choice required: "
+                                      "the start of a call, prefilled on every turn.")
     tools: list[dict[str, Any]] = _omit_unset(
         default_factory=list, description="native protocol (1.8): the tools as sent (`tools=`, OpenAI function "
         "schemas), rendered by the chat template or the server; the text protocol lists them in `system`.")
@@ -242,7 +246,7 @@ RUN_COLUMNS: dict[str, Column] = {
     "backend_requested": Column("model.backend_requested"), "fallback_reason": Column("model.fallback_reason"),
     "scenario": Column("scenario"), "label": Column("label"), "task_id": Column("task_id"),
     "task_index": Column("task_index"), "sample": Column("sample", 0), "mode": Column("agent.mode", "agent"),
-    "protocol": Column("agent.protocol", "text"),
+    "protocol": Column("agent.protocol", "text"), "tool_choice": Column("agent.tool_choice", "auto"),
     "passed": Column("outcome.passed"), "compromised": Column("outcome.compromised"),
     "exit_reason": Column("outcome.exit_reason"), "num_steps": Column("outcome.num_steps"),  # default: len(steps)
     "num_turns": Column("outcome.num_turns"), "turns_used": Column(),

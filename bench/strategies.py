@@ -82,6 +82,10 @@ CONFIGS: dict[str, Config] = {
     "react-native": Config(("--agent", "react", "--history", "full", "--protocol", "native")),
     "reflect-react-native": Config(("--agent", "reflect-react", "--history", "full", "--protocol", "native")),
     "react-native-no-demo": Config(("--agent", "react", "--history", "full", "--protocol", "native", "--no-demo")),
+    "react-native-required": Config(("--agent", "react", "--history", "full", "--protocol", "native",
+                                     "--tool-choice", "required")),
+    "reflect-react-native-required": Config(("--agent", "reflect-react", "--history", "full", "--protocol",
+                                             "native", "--tool-choice", "required")),
 }
 TABLE = ("single-shot", "reflect", "react-full", "react-condensed", "reflect-react", "single-shot-pass5-T0.8")
 

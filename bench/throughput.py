@@ -11,7 +11,7 @@ weights (AGENT_HARNESS_CACHE). `--load N` runs every config beside a second vLLM
 model decoding N sampled requests at a time (bench/load_engine.py), as when two sweeps share the cores.
 
 Every configuration runs `run_agents.py` in its own process on the same model, tasks and greedy
-settings, with embeddings on (they are part of the harness overhead):
+settings, with embeddings on unless `--args=--no-embed` (they are part of the harness overhead):
 
 - sequential:   transformers, one episode at a time, transformers' `generate` recomputing the whole
                 conversation every step (KV reuse off) — the loop most small harnesses use;
@@ -171,7 +171,7 @@ def main() -> int:
         f"Machine: {_machine()}; git {_git()}"
         + (f", `old:` rows from {args.old_tree} (git {_git(args.old_tree)})" if args.old_tree else "")
         + f". {load_note}. --agent {args.agent}{' ' + args.args if args.args else ''}, greedy, "
-        f"max {args.max_steps} steps, embeddings on. "
+        f"max {args.max_steps} steps, embeddings {'off' if '--no-embed' in shlex.split(args.args) else 'on'}. "
         "Overhead = wall time with no request at the backend (parsing, tools, sandbox, scoring, traces, "
         "embeddings; before the async backends: time outside `generate`). Mean batch = requests in flight "
         "while the backend is busy (before: rows per generate call or engine step). Agreement = tasks with "

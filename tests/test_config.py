@@ -104,8 +104,10 @@ def test_flag_help_and_spelling_come_from_the_definition() -> None:
 
 def test_dump_leaves_out_later_settings_while_they_behave_as_before() -> None:
     assert added_values(AgentConfig) == {"initial_tests": False, "initial_files": False, "restart_after": None,
-                                         "protocol": "text"}
+                                         "protocol": "text", "tool_choice": "auto"}
     assert "protocol" not in AgentConfig(protocol="text").dump()
+    assert "tool_choice" not in AgentConfig(protocol="native").dump()
+    assert AgentConfig(protocol="native", tool_choice="required").dump()["tool_choice"] == "required"
     assert AgentConfig(protocol="native").dump()["protocol"] == "native"
     dump = AgentConfig().dump()
     assert dump["initial_tests"] is True and "initial_files" not in dump and "restart_after" not in dump

@@ -18,7 +18,7 @@ from agent_harness.backends.loop import complete_all
 from agent_harness.backends.scripted import ScriptedBackend
 from agent_harness.errors import ConfigError
 from agent_harness.history import rebuild_prompt
-from agent_harness.protocol.native import tool_schemas
+from agent_harness.protocol.native import CALL_PREFILL, tool_schemas
 from agent_harness.strategies.react import AgentConfig, Episode
 from agent_harness.trace import validate_trace
 from agent_harness.types import Completion, Conversation, GenParams, NativeCall, RequestMeta, Task, ToolSpec
@@ -202,3 +202,88 @@ def test_the_scripted_backend_answers_native_requests_natively() -> None:
         assert last.tool_calls == () and "FINAL" not in last.text
     finally:
         backend.close()
+
+
+# -- tool_choice required: every reply is a prefilled call, the submit tool finishes ------------------------
+
+@pytest.mark.parametrize("agent", ["react", "reflect-react"])
+def test_required_tool_choice_end_to_end(tmp_path: Path, agent: str) -> None:
+    out = tmp_path / "out"
+    r = cli("--models", "oracle,null", "--n", "3", "--agent", agent, "--protocol", "native", "--tool-choice",
+            "required", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    folder = "humanevalfix" + ("" if agent == "react" else "-reflect_react") + "-native-required"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["oracle"][folder]["pass@1"] == 1.0 and summary["null"][folder]["pass@1"] == 0.0
+    for model in ("oracle", "null"):
+        for t in traces(out, model):
+            assert validate_trace(t) == [], t["task_id"]
+            assert t["agent"]["tool_choice"] == "required" and t["prompt"]["prefill"] == CALL_PREFILL
+            assert "submit" in {s["function"]["name"] for s in t["prompt"]["tools"]}
+            react = [s for s in t["steps"] if s.get("phase", "react") == "react" and "raw" in s]
+            assert all(s["raw"].startswith(CALL_PREFILL) for s in react)  # the prefill is in the record
+            assert react or (model, agent) == ("oracle", "reflect-react")  # that oracle passes in the reflect phase
+    for t in traces(out, "null"):  # null submits at once: refused once (tests fail), then accepted
+        kinds = [s["type"] for s in t["steps"] if s.get("phase", "react") == "react"]
+        assert kinds.count("final") == 2 and kinds.count("submit_check") == 1
+        assert t["outcome"]["exit_reason"] == "submitted" and t["outcome"]["final"] == "no changes"
+
+
+def test_required_tool_choice_needs_native() -> None:
+    with pytest.raises(ConfigError, match="tool-choice"):
+        AgentConfig(protocol="text", tool_choice="required")
+    r = cli("--models", "oracle", "--n", "1", "--protocol", "text", "--tool-choice", "required", "--out", "/tmp/x")
+    assert r.returncode != 0 and "tool-choice" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_required_episode_prefills_every_turn_and_rebuilds(workspace: Workspace) -> None:
+    def rest(name: str, **args: object) -> str:  # what a model writes after the prefilled start of a call
+        return tagged(name, **args)[len(CALL_PREFILL):]
+
+    script = [
+        reply(rest("read_file", path="calc.py")),
+        reply("oops, prose"),  # after the prefill: a broken call, a format error
+        reply(rest("write_file", path="calc.py", content=FIXED)),
+        reply(rest("run_tests")),
+        reply(rest("submit", summary="Fixed add.")),
+    ]
+    rec = Recorder(script)
+    config = AgentConfig(protocol="native", tool_choice="required")
+    ep = Episode(TASK, workspace, GenParams(max_tokens=200), config)
+    ep.run(rec)
+    assert ep.exit_reason == "submitted" and ep.final == "Fixed add."
+    assert (workspace.root / "calc.py").read_text() == FIXED
+    assert all(p[-1] == {"role": "assistant", "content": CALL_PREFILL} for p in rec.prompts)
+    assert all("submit" in {t.name for t in p.tools} for p in rec.params)
+    assert "call submit" in ep.system_prompt and "no tool call" not in ep.system_prompt
+    assert ep.demo[-1]["tool_calls"][0]["function"]["name"] == "submit"
+    assert all(m["content"] == "" for m in ep.demo if m["role"] == "assistant")  # bare calls, as the prefill makes
+    sent = rec.prompts[-1]
+    assert sent[-2]["role"] == "tool" and "call submit" in sent[-2]["content"]
+    error = next(m for m in sent if m["role"] == "user" and m["content"].startswith("FORMAT ERROR"))
+    assert "call submit" in error["content"] and "no tool call" not in error["content"]
+    steps = [s.dump() for s in ep.steps]
+    assert [s["type"] for s in steps if s["type"] in ("tool_call", "parse_error", "final")] == [
+        "tool_call", "parse_error", "tool_call", "tool_call", "final"]
+    record = trace_of(ep) | {"agent": {"protocol": "native", "tool_choice": "required"}}
+    for turn, prompt in enumerate(rec.prompts):
+        assert rebuild_prompt(record, turn) == prompt
+
+
+def test_the_prefilled_call_start_is_the_templates_token_and_nothing_else_is() -> None:
+    """The harness's prefill writes the `<tool_call>` token the template writes for calls; the same text in a
+    message, or in a continued turn that is not the prefill, stays text."""
+    transformers = pytest.importorskip("transformers")
+    from agent_harness.backends.chat_ids import chat_ids
+    from agent_harness.registry import load_registry
+    from agent_harness.weights import converted_dir
+
+    folder = converted_dir(load_registry().resolve("qwen2.5-coder-0.5b")[0])
+    if not (folder / "tokenizer.json").is_file():
+        pytest.skip(f"the 0.5B folder is not prepared ({folder}; make setup builds it)")
+    tok = transformers.AutoTokenizer.from_pretrained(str(folder))
+    tag = tok.convert_tokens_to_ids("<tool_call>")
+    said: Conversation = [{"role": "user", "content": f"see {CALL_PREFILL}"}]
+    assert chat_ids(tok, [*said, {"role": "assistant", "content": CALL_PREFILL}]).count(tag) == 1
+    assert chat_ids(tok, [*said, {"role": "assistant", "content": CALL_PREFILL + "x"}]).count(tag) == 0
+    assert chat_ids(tok, said).count(tag) == 0

@@ -38,10 +38,14 @@ def pass_ks(samples: int) -> list[int]:
 
 
 def with_protocol(runs: pd.DataFrame) -> pd.DataFrame:
-    """`runs` with a `protocol` column: "text" where it is missing or null (traces before native calls)."""
-    if "protocol" in runs:
-        return runs.assign(protocol=runs["protocol"].fillna("text").astype(str))
-    return runs.assign(protocol="text")
+    """`runs` with a `protocol` column: "text" where it is missing or null (traces before native calls), and
+    "native-required" for native episodes run with tool_choice required (an arm of its own)."""
+    if "protocol" not in runs:
+        return runs.assign(protocol="text")
+    protocol = runs["protocol"].fillna("text").astype(str)
+    if "tool_choice" in runs:
+        protocol = protocol.where(runs["tool_choice"].fillna("auto") != "required", protocol + "-required")
+    return runs.assign(protocol=protocol)
 
 
 def several_protocols(runs: pd.DataFrame) -> bool:

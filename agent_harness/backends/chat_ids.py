@@ -14,6 +14,10 @@ A conversation that ends with an assistant message is continued: the prompt ends
 content (a prefilled reply, e.g. the start of a code block), with no end-of-turn or generation
 prompt after it. The template renders it as a finished turn; the rendering is cut right after it.
 
+The one exception is the harness's own prefill of a call's start (`protocol.native.CALL_PREFILL`, native
+tool_choice required) when it is the continued message: a constant the harness writes, whose `<tool_call>`
+must be the token the template writes for calls (as a server's chat endpoint would tokenize it).
+
 A template that rewrites contents (the marks do not come back in order, or putting the contents back
 does not give its own rendering) cannot be split: such a prompt is tokenized as before when no
 content spells an added token, and refused (BackendError) when one does.
@@ -31,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BackendError
+from ..protocol.native import CALL_PREFILL
 from ..types import Conversation
 
 
@@ -229,6 +234,8 @@ def chat_ids(tokenizer: Any, conv: Conversation, template: str | None = None, to
             text = text.rstrip()
         ids.extend(enc.text_ids(text, after_token))
 
+    if continued(conv) and conv[-1]["content"] == CALL_PREFILL:  # the harness's scaffold, not a message's text
+        pieces[-1] = (pieces[-1][0], False)
     for text, is_content in pieces:
         if is_content or enc.pattern is None:
             run.append(text)

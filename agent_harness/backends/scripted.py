@@ -17,7 +17,9 @@ far, and the oracle, which needs its task, refuses.
 
 A native-protocol request (`params.tools` set) is answered natively: the oracle's call in Qwen's
 ``<tool_call>`` text on even turns and as a structured tool call (as a server that parses calls returns
-it) on odd turns, so one run reads both; its FINAL and ``null``'s are replies with no call.
+it) on odd turns, so one run reads both; its FINAL and ``null``'s are replies with no call. To a request
+whose assistant turn is prefilled with the start of a call (tool_choice required) they answer with the
+rest of the call, and finish with a call of the submit tool.
 
 Requests go through the same `Batcher` as the transformers backend's, so scripted runs exercise real
 batching; the replies never depend on the batch.
@@ -55,6 +57,12 @@ def native_reply(turn: int, thought: str, tool: str, args: dict[str, Any]) -> tu
     return f"{thought}\n<tool_call>\n{json.dumps({'name': tool, 'arguments': args})}\n</tool_call>", ()
 
 
+def forced_call(prefill: str, tool: str, args: dict[str, Any]) -> str:
+    """The rest of a call whose start `prefill` is (tool_choice required), in Qwen's `<tool_call>` text."""
+    call = f"<tool_call>\n{json.dumps({'name': tool, 'arguments': args})}\n</tool_call>"
+    return call[len(prefill):] if call.startswith(prefill) else call
+
+
 def _load_script(path: Path) -> tuple[list[str], dict[str, list[str]]]:
     shared: list[str] = []
     per_task: dict[str, list[str]] = {}
@@ -89,6 +97,8 @@ class ScriptedBackend:
                native: bool = False) -> str | tuple[str, tuple[NativeCall, ...]]:
         task = meta.task if meta is not None else None
         turn = meta.turn if meta is not None else sum(m["role"] == "assistant" for m in conv)
+        # native with a prefilled call (tool_choice required): every reply continues a call, submit finishes
+        forced = conv[-1]["content"] if native and conv and conv[-1]["role"] == "assistant" else None
         if meta is not None and meta.strategy != "react" and self.mode in ("oracle", "null"):
             writes = [c["args"]["content"] for c in meta.task.oracle if c["tool"] == "write_file"]
             prefill = conv[-1]["content"] if conv and conv[-1]["role"] == "assistant" else None
@@ -98,6 +108,8 @@ class ScriptedBackend:
                 return f"Here is the fixed code:\n```python\n{writes[-1]}\n```"
             return "The code looks correct to me as it is."
         if self.mode == "null":
+            if forced is not None:
+                return forced_call(forced, "submit", {"summary": "no changes"})
             return "I will leave the code as it is." if native else \
                 "THOUGHT: I will leave the code as it is.\nFINAL: no changes"
         if self.mode == "oracle":
@@ -105,9 +117,13 @@ class ScriptedBackend:
                 raise ConfigError("scripted oracle: the request names no task (pass meta=RequestMeta(task))")
             if turn < len(task.oracle):
                 call = task.oracle[turn]
+                if forced is not None:
+                    return forced_call(forced, call["tool"], call.get("args", {}))
                 if native:
                     return native_reply(turn, f"Reference step {turn + 1}.", call["tool"], call.get("args", {}))
                 return render_call(f"Reference step {turn + 1}.", call["tool"], call.get("args", {}))
+            if forced is not None:
+                return forced_call(forced, "submit", {"summary": "applied the reference fix"})
             return "The reference fix is in place." if native else \
                 "THOUGHT: The reference fix is in place.\nFINAL: applied the reference fix"
         replies = self._per_task.get(task.id, self._shared) if task is not None else self._shared

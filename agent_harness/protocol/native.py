@@ -28,6 +28,18 @@ _FORM = '<tool_call>{"name": "<tool name>", "arguments": {...}}</tool_call>'
 NATIVE_EXPECTED_FORM = (
     f"Call one tool:\n{_FORM}\nor, when the task is done, reply with a one-line summary and no tool call."
 )
+SUBMIT_EXPECTED_FORM = f"Call one tool:\n{_FORM}\nWhen the task is done, call submit with a one-line summary."
+
+# tool_choice required: the tool that finishes, and the start of a call prefilled on every turn (Qwen's and
+# Hermes' form; a model whose template has another form still reads it as a call).
+SUBMIT = ToolSpec("submit", "Finish the task: say in one line what you changed.",
+                  (ToolParam("summary", "string", "one line: what you changed and why"),))
+CALL_PREFILL = f'{TAG}\n{{"name": "'
+
+
+def expected_form(submit: bool) -> str:
+    """The form a reply should take, for a format error's message (`submit`: tool_choice required)."""
+    return SUBMIT_EXPECTED_FORM if submit else NATIVE_EXPECTED_FORM
 
 # Every tolerance parse_native can record in ParsedReply.repairs; the last four are also recorded by decode.py
 # and tools/args.py, which the text protocol shares.
@@ -71,8 +83,10 @@ def tool_schemas(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
     } for t in tools]
 
 
-def render_native_system_prompt(tools: Sequence[ToolSpec], example_path: str | None = None) -> str:
-    """The native protocol's system prompt: the rules only (the chat template shows the tools)."""
+def render_native_system_prompt(tools: Sequence[ToolSpec], example_path: str | None = None,
+                                submit: bool = False) -> str:
+    """The native protocol's system prompt: the rules only (the chat template shows the tools). `submit`:
+    tool_choice required, the submit tool finishes."""
     names = {t.name for t in tools}
     rules = ["Call one tool per reply, then stop. Its result comes back in the next message."]
     if any(p.name == "path" for t in tools for p in t.params):
@@ -81,7 +95,8 @@ def render_native_system_prompt(tools: Sequence[ToolSpec], example_path: str | N
         rules.append("write_file replaces the whole file: send the complete new content.")
     if "run_tests" in names:
         rules.append("Run run_tests before you finish.")
-    rules.append("When the task is done, reply with a one-line summary and no tool call.")
+    rules.append("When the task is done, " + ("call submit with a one-line summary." if submit else
+                                               "reply with a one-line summary and no tool call."))
     if not tools:
         rules = ["No tools are available: reply with a one-line summary."]
     head = "You are a coding agent. You work on files in a workspace by calling tools."

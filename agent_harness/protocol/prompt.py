@@ -143,15 +143,23 @@ NATIVE_NEXT_STEP = {
     "run_tests passed": "The tests pass: reply with a one-line summary and no tool call.",
 }
 NATIVE_REMINDER = "Call one tool, or reply with a one-line summary and no tool call when the task is done."
+# ... and with tool_choice required, where every reply is a call and the submit tool finishes.
+SUBMIT_NEXT_STEP = {**NATIVE_NEXT_STEP, "run_tests passed": "The tests pass: call submit with a one-line summary."}
+SUBMIT_REMINDER = "Call one tool; when the task is done, call submit with a one-line summary."
 
 
-def next_step(tool: str | None, tests_passed: bool | None = None, native: bool = False) -> str:
+def reminder_for(native: bool, submit: bool = False) -> str:
+    """The reply format in one line: text protocol, native, or native with the submit tool."""
+    return (SUBMIT_REMINDER if submit else NATIVE_REMINDER) if native else REMINDER
+
+
+def next_step(tool: str | None, tests_passed: bool | None = None, native: bool = False, submit: bool = False) -> str:
     """The reminder shown after an observation: the reply format, plus the usual next step
     (`tests_passed`: the result of the test run the observation shows, None when it shows none;
-    `native`: in the native tool protocol's words)."""
+    `native`: in the native tool protocol's words; `submit`: and the submit tool finishes)."""
     key = "run_tests passed" if tool == "run_tests" and tests_passed else tool
-    hint = (NATIVE_NEXT_STEP if native else NEXT_STEP).get(key or "")
-    reminder = NATIVE_REMINDER if native else REMINDER
+    hints = (SUBMIT_NEXT_STEP if submit else NATIVE_NEXT_STEP) if native else NEXT_STEP
+    hint, reminder = hints.get(key or ""), reminder_for(native, submit)
     return f"{hint} {reminder}" if hint else reminder
 
 

@@ -72,10 +72,11 @@ class StrategyInfo:
         """The trace's older name for it (`agent.mode`): 'agent' for react."""
         return "agent" if self.name == "react" else self.name
 
-    def dirname(self, scenario: str, protocol: str = "text") -> str:
-        """Its trace folder for `scenario`; native-protocol episodes get one of their own, so a model's two
-        protocols never mix."""
-        return scenario + self.suffix + ("-native" if protocol == "native" else "")
+    def dirname(self, scenario: str, protocol: str = "text", tool_choice: str = "auto") -> str:
+        """Its trace folder for `scenario`; native-protocol episodes get one of their own (and one more with
+        tool_choice required), so a model's protocols never mix."""
+        native = "-native" + ("-required" if tool_choice == "required" else "")
+        return scenario + self.suffix + (native if protocol == "native" else "")
 
     def requirements(self, reflect: ReflectConfig) -> tuple[Need, ...]:
         """What it needs of a scenario under `reflect`: the bigcode draft adds a bigcode-style prompt."""

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..episode import Ask, EpisodeState
-from ..protocol.native import tool_schemas
+from ..protocol.native import CALL_PREFILL, tool_schemas
 from ..steps import Handoff, Phase
-from ..tools import restore_files, tools_for
+from ..tools import restore_files
 from ..types import Completion, Conversation, GenParams, RequestMeta, Task
 from ..workspace import Workspace
-from .react import AgentConfig, Episode
+from .react import AgentConfig, Episode, agent_tools
 from .reflect import Reflectable, ReflectConfig, ReflectEpisode
 
 if TYPE_CHECKING:
@@ -63,7 +63,9 @@ class ReflectThenReact(EpisodeState):
     def annotate(self, trace: Trace) -> None:
         trace.agent.reflect = self.reflect.record()
         if self.agent.protocol == "native":  # the react phase's tools, as it will send them
-            trace.prompt.tools = tool_schemas(tools_for(self.ws))
+            trace.prompt.tools = tool_schemas(agent_tools(self.ws, self.agent))
+        if self.agent.protocol == "native" and self.agent.tool_choice == "required":  # the react phase's turns
+            trace.prompt.prefill = CALL_PREFILL
 
     def _phase(self, ask: Ask) -> Ask:
         """`ask` for the current phase: the chain's record is brought up to date before each request

@@ -112,6 +112,8 @@ def build(config: type[C], values: dict[tuple[str, ...], Any]) -> C:
 History = Literal["full", "condensed"]
 Protocol = Literal["text", "native"]
 PROTOCOLS: tuple[Protocol, ...] = ("text", "native")
+ToolChoice = Literal["auto", "required"]
+TOOL_CHOICES: tuple[ToolChoice, ...] = ("auto", "required")
 
 
 @dataclass
@@ -155,6 +157,12 @@ class AgentConfig:
                                         "or native (the chat template's tool calls, `tools=`); default: the "
                                         "model's `protocol` in models.yaml, else text", choices=PROTOCOLS,
                                         added="text")
+    # The OpenAI API's name. `required` is forced by prefilling the start of a call in the assistant turn:
+    # the small Qwen coders, shown tools natively, otherwise answer in prose and never call one.
+    tool_choice: ToolChoice = setting("auto", "native protocol: auto (a reply may call a tool; one with no call "
+                                      "is the final answer) or required (every reply is a call: its start is "
+                                      "prefilled, and a `submit` tool finishes)", choices=TOOL_CHOICES,
+                                      added="auto")
     tool_options: ToolOptions = field(default_factory=ToolOptions, metadata={PARTS: {
         "syntax_check": Setting("helper off: syntax check of written .py", flag="no-syntax-check", sets=False),
         "extract_failure": Setting("helper off: failing line from test output", flag="no-failure-extract",
@@ -166,6 +174,10 @@ class AgentConfig:
             raise ConfigError(f"history must be 'full' or 'condensed', not {self.history!r}")
         if self.protocol is not None and self.protocol not in PROTOCOLS:
             raise ConfigError(f"--protocol must be one of {', '.join(PROTOCOLS)}, not {self.protocol!r}")
+        if self.tool_choice not in TOOL_CHOICES:
+            raise ConfigError(f"--tool-choice must be one of {', '.join(TOOL_CHOICES)}, not {self.tool_choice!r}")
+        if self.tool_choice == "required" and self.protocol == "text":
+            raise ConfigError("--tool-choice required works with --protocol native only")
         if self.protocol == "native" and self.history == "condensed":  # its stand-ins are text-protocol replies
             raise ConfigError("--history condensed works with --protocol text only")
         if self.restart_after is not None and self.restart_after < 1:

@@ -25,7 +25,7 @@ from ..protocol import (
     parse_reply,
     render_system_prompt,
 )
-from ..protocol.native import parse_native, render_native_system_prompt, tool_schemas
+from ..protocol.native import CALL_PREFILL, SUBMIT, parse_native, render_native_system_prompt, tool_schemas
 from ..steps import (
     ElidedMessage,
     Final,
@@ -43,7 +43,7 @@ from ..steps import (
 )
 from ..tools import ToolResult as ToolOutput
 from ..tools import restore_files, run_tool, tools_for
-from ..types import Backend, Completion, Conversation, GenParams, RequestMeta, Task, request_seed
+from ..types import Backend, Completion, Conversation, GenParams, RequestMeta, Task, ToolSpec, request_seed
 from ..workspace import Workspace
 from .config import AgentConfig
 
@@ -80,12 +80,13 @@ class Episode(EpisodeState):
     _began: int = 0  # position of the step the conversation began again at (its last restart; 0: none)
 
     def __post_init__(self) -> None:
-        self.tools = {t.name: t for t in tools_for(self.ws)}
         self.native = self.config.protocol == "native"  # tools as `tools=`, calls as the template's tool calls
+        self.submit = self.native and self.config.tool_choice == "required"  # every reply a call; submit ends
+        self.tools = {t.name: t for t in agent_tools(self.ws, self.config)}
         specs, example = list(self.tools.values()), _example_file(self.task)
-        self.system_prompt = (render_native_system_prompt(specs, example) if self.native else
+        self.system_prompt = (render_native_system_prompt(specs, example, self.submit) if self.native else
                               render_system_prompt(specs, example_path=example, examples=not self.config.demo))
-        self.demo = list(demo_messages(tuple(self.tools), self.config.format_reminder, self.native)) \
+        self.demo = list(demo_messages(tuple(self.tools), self.config.format_reminder, self.native, self.submit)) \
             if self.config.demo else []
         self.user_prompt = ""  # the task message, made by begin()
         stops = tuple(dict.fromkeys((*self.params.stop, *(NATIVE_STOP_STRINGS if self.native else STOP_STRINGS))))
@@ -94,6 +95,8 @@ class Episode(EpisodeState):
     def annotate(self, trace: Trace) -> None:
         if self.native:
             trace.prompt.tools = tool_schemas(self.params.tools)
+        if self.submit:
+            trace.prompt.prefill = CALL_PREFILL
 
     def run(self, ask: Ask) -> None:
         """Ask, parse, run the tool, observe; until the model submits or a budget ends the episode."""
@@ -147,6 +150,8 @@ class Episode(EpisodeState):
         return self.steps[self._began:]
 
     def prompt(self) -> Conversation:
+        if self.submit:  # tool_choice required: the reply begins as a call (history condensed is text-only)
+            return [*self.messages, {"role": "assistant", "content": CALL_PREFILL}]
         if self.config.history == "full":
             return self.messages
         return history.conversation(self.head, self.exchanges, history.elisions(self._recent()))
@@ -168,6 +173,8 @@ class Episode(EpisodeState):
     def advance(self, c: Completion) -> list[Step]:
         """Consume one model reply: parse it, run its tool, append the observation."""
         first = len(self.steps)
+        if self.submit and not c.tool_calls:  # the model continued the prefilled start of a call
+            c = replace(c, text=CALL_PREFILL + c.text)
         self._count(c)
         opening: Opening = {**reply_record(c), "temperature": self.gen_params().temperature}
         elided = self._new_elisions()
@@ -191,6 +198,9 @@ class Episode(EpisodeState):
                                     f"Write less: no tests or examples in files. {e}")
                 self._respond(self._add(ParseError(**self._at(), text=str(e), **opening)))
             else:
+                if reply.tool == SUBMIT.name:  # tool_choice required: the submit call is the final answer
+                    summary = (reply.args or {}).get("summary")
+                    reply = replace(reply, tool=None, args=None, final=str(summary or "").strip() or "(no summary)")
                 if reply.thought:
                     self._add(Thought(**self._at(), text=reply.thought, **opening))
                     opening = {}
@@ -258,7 +268,7 @@ class Episode(EpisodeState):
 
     def _respond(self, step: history.Answer) -> None:
         """The step that ends a turn, as the user message that answers its reply (history.user_message)."""
-        self.exchanges[-1].answer = history.user_message(step, self.config.format_reminder, self.native)
+        self.exchanges[-1].answer = history.user_message(step, self.config.format_reminder, self.native, self.submit)
 
     def _new_elisions(self) -> list[ElidedMessage]:
         """The messages this turn's prompt shows condensed for the first time, for the trace."""
@@ -296,6 +306,12 @@ class Episode(EpisodeState):
             raise LimitsExceeded(f"token budget {cfg.max_total_tokens} spent", "budget")
         if cfg.max_wall_s and time.monotonic() - self.started >= cfg.max_wall_s:
             raise LimitsExceeded(f"wall-time budget {cfg.max_wall_s}s spent", "budget")
+
+
+def agent_tools(ws: Workspace, config: AgentConfig) -> list[ToolSpec]:
+    """The tools the model is given: the workspace's, and submit under native with tool_choice required."""
+    submit = config.protocol == "native" and config.tool_choice == "required"
+    return [*tools_for(ws), *([SUBMIT] if submit else [])]
 
 
 def run_episode(backend: Backend, episode: Episode) -> Episode:

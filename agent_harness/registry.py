@@ -163,6 +163,9 @@ class ModelSpec(_Strict):
     start_delay_s: float = Field(
         0.0, ge=0.0, exclude=True, description="scripted backend: its start waits this long for a child process "
         "(stands in for an engine loading, for tests of stop requests); not part of the fingerprint.")
+    batch_delay_s: float = Field(
+        0.0, ge=0.0, exclude=True, description="scripted backend: each batch takes this long, as a model's would "
+        "(requests that arrive meanwhile share the next one; for tests of batching); not part of the fingerprint.")
 
     @field_validator("bigcode_prompt")
     @classmethod

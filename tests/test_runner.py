@@ -85,12 +85,13 @@ def _write_script(path: Path) -> None:
     path.write_text("\n".join(json.dumps(r) for r in replies) + "\n")
 
 
-def _registry(tmp_path: Path, script: Path) -> Path:
+def _registry(tmp_path: Path, script: Path, batch_delay_s: float = 0.0) -> Path:
     reg = tmp_path / "models.yaml"
+    delay = f", batch_delay_s: {batch_delay_s}" if batch_delay_s else ""
     reg.write_text(
         "models:\n"
-        f"  - {{name: replay, backend: scripted, script: {json.dumps(str(script))}}}\n"
-        "  - {name: oracle, backend: scripted, script: oracle}\n"
+        f"  - {{name: replay, backend: scripted, script: {json.dumps(str(script))}{delay}}}\n"
+        f"  - {{name: oracle, backend: scripted, script: oracle{delay}}}\n"
     )
     return reg
 
@@ -130,11 +131,14 @@ def test_batched_equals_sequential(tmp_path: Path) -> None:
 
 def test_concurrent_episodes_share_batches(tmp_path: Path) -> None:
     """Episodes in flight together reach the backend together: the scripted backend's own batches hold
-    several requests, and the run log says how many were in flight on average."""
+    several requests, and the run log says how many were in flight on average. Each batch takes 0.5 s, as a
+    model's would: with instant batches, sharing one hung on requests arriving in the same instant, which a
+    loaded machine's staggered sandbox starts made fail."""
     script = tmp_path / "s.jsonl"
     _write_script(script)
     out = tmp_path / "t"
-    r = cli("--registry", str(_registry(tmp_path, script)), "--models", "replay,oracle", "--agent", "react", "--n", "6",
+    r = cli("--registry", str(_registry(tmp_path, script, batch_delay_s=0.5)), "--models", "replay,oracle",
+            "--agent", "react", "--n", "6",
             "--concurrency", "6", "--out", str(out), "--no-embed")
     assert r.returncode == 0, r.stderr
     stats = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines()]

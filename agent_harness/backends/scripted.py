@@ -84,8 +84,9 @@ def _load_script(path: Path) -> tuple[list[str], dict[str, list[str]]]:
 class ScriptedBackend:
     """Replays fixed replies; the same inputs always give the same outputs."""
 
-    def __init__(self, mode: str, script_path: Path | None = None) -> None:
+    def __init__(self, mode: str, script_path: Path | None = None, batch_delay_s: float = 0.0) -> None:
         self.mode = mode
+        self.batch_delay_s = batch_delay_s
         self.info = BackendInfo(requested="scripted", used="scripted", details={"script": mode})
         self._shared: list[str] = []
         self._per_task: dict[str, list[str]] = {}
@@ -140,6 +141,8 @@ class ScriptedBackend:
 
     def _answer(self, conversations: list[Conversation], params: GenParams, seeds: list[int | None],
                 metas: list[RequestMeta | None]) -> list[Completion]:  # the batch function; replies do not sample
+        if self.batch_delay_s:
+            time.sleep(self.batch_delay_s)
         out = []
         for conv, meta in zip(conversations, metas, strict=True):
             start = time.perf_counter()
@@ -187,12 +190,12 @@ def create(spec: ModelSpec) -> ScriptedBackend:
         slow_start(spec.start_delay_s)
     script = spec.script or ""
     if script in ("oracle", "null"):
-        return ScriptedBackend(script)
+        return ScriptedBackend(script, batch_delay_s=spec.batch_delay_s)
     path = Path(script)
     if not path.is_absolute():
         from ..registry import PROJECT_ROOT
 
         path = PROJECT_ROOT / path
-    backend = ScriptedBackend("replay", path)
+    backend = ScriptedBackend("replay", path, spec.batch_delay_s)
     backend.info.details["script"] = str(path)
     return backend

@@ -64,7 +64,7 @@ class ReflectThenReact(EpisodeState):
         trace.agent.reflect = self.reflect.record()
         if self.agent.protocol == "native":  # the react phase's tools, as it will send them
             trace.prompt.tools = tool_schemas(agent_tools(self.ws, self.agent))
-        if self.agent.protocol == "native" and self.agent.tool_choice == "required":  # the react phase's turns
+        if self.agent.forced_calls:  # the react phase's turns begin with it
             trace.prompt.prefill = CALL_PREFILL
 
     def _phase(self, ask: Ask) -> Ask:

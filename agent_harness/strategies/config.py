@@ -183,6 +183,11 @@ class AgentConfig:
         if self.restart_after is not None and self.restart_after < 1:
             raise ConfigError(f"--restart-after must be > 0, got {self.restart_after}")
 
+    @property
+    def forced_calls(self) -> bool:
+        """Native with tool_choice required: every reply is a call (its start prefilled); submit finishes."""
+        return self.protocol == "native" and self.tool_choice == "required"
+
     def dump(self) -> dict[str, Any]:
         """Every setting (tool options as a dict), less those added after 1.3 while they behave as before:
         the trace header's `agent` block and the fingerprint's `agent` input."""

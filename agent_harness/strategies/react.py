@@ -81,7 +81,7 @@ class Episode(EpisodeState):
 
     def __post_init__(self) -> None:
         self.native = self.config.protocol == "native"  # tools as `tools=`, calls as the template's tool calls
-        self.submit = self.native and self.config.tool_choice == "required"  # every reply a call; submit ends
+        self.submit = self.config.forced_calls  # every reply a call; the submit tool ends the episode
         self.tools = {t.name: t for t in agent_tools(self.ws, self.config)}
         specs, example = list(self.tools.values()), _example_file(self.task)
         self.system_prompt = (render_native_system_prompt(specs, example, self.submit) if self.native else
@@ -310,8 +310,7 @@ class Episode(EpisodeState):
 
 def agent_tools(ws: Workspace, config: AgentConfig) -> list[ToolSpec]:
     """The tools the model is given: the workspace's, and submit under native with tool_choice required."""
-    submit = config.protocol == "native" and config.tool_choice == "required"
-    return [*tools_for(ws), *([SUBMIT] if submit else [])]
+    return [*tools_for(ws), *([SUBMIT] if config.forced_calls else [])]
 
 
 def run_episode(backend: Backend, episode: Episode) -> Episode:

@@ -50,16 +50,21 @@ def render_call(thought: str, tool: str, args: dict[str, Any]) -> str:
     return f"THOUGHT: {thought}\nTOOL_CALL: {json.dumps({'tool': tool, 'args': args})}"
 
 
+def tagged_call(tool: str, args: dict[str, Any]) -> str:
+    """A call in Qwen's (and Hermes') `<tool_call>` text, as its chat template writes calls."""
+    return f"<tool_call>\n{json.dumps({'name': tool, 'arguments': args})}\n</tool_call>"
+
+
 def native_reply(turn: int, thought: str, tool: str, args: dict[str, Any]) -> tuple[str, tuple[NativeCall, ...]]:
     """A native reply: the call in the template's `<tool_call>` text (even turns) or structured (odd turns)."""
     if turn % 2:
         return thought, (NativeCall(tool, json.dumps(args), f"scripted_{turn}"),)
-    return f"{thought}\n<tool_call>\n{json.dumps({'name': tool, 'arguments': args})}\n</tool_call>", ()
+    return f"{thought}\n{tagged_call(tool, args)}", ()
 
 
 def forced_call(prefill: str, tool: str, args: dict[str, Any]) -> str:
-    """The rest of a call whose start `prefill` is (tool_choice required), in Qwen's `<tool_call>` text."""
-    call = f"<tool_call>\n{json.dumps({'name': tool, 'arguments': args})}\n</tool_call>"
+    """The rest of a call whose start `prefill` is (tool_choice required)."""
+    call = tagged_call(tool, args)
     return call[len(prefill):] if call.startswith(prefill) else call
 
 
@@ -98,11 +103,11 @@ class ScriptedBackend:
                native: bool = False) -> str | tuple[str, tuple[NativeCall, ...]]:
         task = meta.task if meta is not None else None
         turn = meta.turn if meta is not None else sum(m["role"] == "assistant" for m in conv)
+        prefill = conv[-1]["content"] if conv and conv[-1]["role"] == "assistant" else None
         # native with a prefilled call (tool_choice required): every reply continues a call, submit finishes
-        forced = conv[-1]["content"] if native and conv and conv[-1]["role"] == "assistant" else None
+        forced = prefill if native else None
         if meta is not None and meta.strategy != "react" and self.mode in ("oracle", "null"):
             writes = [c["args"]["content"] for c in meta.task.oracle if c["tool"] == "write_file"]
-            prefill = conv[-1]["content"] if conv and conv[-1]["role"] == "assistant" else None
             if self.mode == "oracle" and writes and prefill is not None and writes[-1].startswith(prefill):
                 return writes[-1][len(prefill):]
             if self.mode == "oracle" and writes:

@@ -21,14 +21,15 @@ from ..types import NativeCall, ToolParam, ToolSpec
 from .decode import decode, scan_end
 from .parser import ParsedReply, find_tool
 from .prompt import NATIVE_REMINDER as NATIVE_REMINDER
+from .prompt import NO_CALL_FINISH, SUBMIT_FINISH
 from .scan import closers_end, fence_open_at_end, skip_space, strip_fences
 
 TAG, CLOSE = "<tool_call>", "</tool_call>"
 _FORM = '<tool_call>{"name": "<tool name>", "arguments": {...}}</tool_call>'
 NATIVE_EXPECTED_FORM = (
-    f"Call one tool:\n{_FORM}\nor, when the task is done, reply with a one-line summary and no tool call."
+    f"Call one tool:\n{_FORM}\nor, when the task is done, {NO_CALL_FINISH}."
 )
-SUBMIT_EXPECTED_FORM = f"Call one tool:\n{_FORM}\nWhen the task is done, call submit with a one-line summary."
+SUBMIT_EXPECTED_FORM = f"Call one tool:\n{_FORM}\nWhen the task is done, {SUBMIT_FINISH}."
 
 # tool_choice required: the tool that finishes, and the start of a call prefilled on every turn (Qwen's and
 # Hermes' form; a model whose template has another form still reads it as a call).
@@ -95,8 +96,7 @@ def render_native_system_prompt(tools: Sequence[ToolSpec], example_path: str | N
         rules.append("write_file replaces the whole file: send the complete new content.")
     if "run_tests" in names:
         rules.append("Run run_tests before you finish.")
-    rules.append("When the task is done, " + ("call submit with a one-line summary." if submit else
-                                               "reply with a one-line summary and no tool call."))
+    rules.append(f"When the task is done, {SUBMIT_FINISH if submit else NO_CALL_FINISH}.")
     if not tools:
         rules = ["No tools are available: reply with a one-line summary."]
     head = "You are a coding agent. You work on files in a workspace by calling tools."
@@ -104,7 +104,7 @@ def render_native_system_prompt(tools: Sequence[ToolSpec], example_path: str | N
 
 
 def _find_tool(name: str, tools: Mapping[str, ToolSpec], repairs: list[str]) -> ToolSpec:
-    return find_tool(name, tools, repairs, " To finish, reply with a one-line summary and no tool call.")
+    return find_tool(name, tools, repairs, f" To finish, {NO_CALL_FINISH}.")
 
 
 def _reworded(e: FormatError) -> FormatError:

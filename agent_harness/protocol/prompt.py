@@ -135,17 +135,21 @@ NEXT_STEP = {
 }
 
 
+# How a native reply finishes: with no call (tool_choice auto), or by calling submit (tool_choice required).
+NO_CALL_FINISH = "reply with a one-line summary and no tool call"
+SUBMIT_FINISH = "call submit with a one-line summary"
+
 # The native protocol's hints where the text protocol's name its reply format.
 NATIVE_NEXT_STEP = {
     **NEXT_STEP,
     "read_file": "If you see the bug, fix it with write_file (the whole file as content); "
                  "if not, run_tests to see what fails.",
-    "run_tests passed": "The tests pass: reply with a one-line summary and no tool call.",
+    "run_tests passed": f"The tests pass: {NO_CALL_FINISH}.",
 }
-NATIVE_REMINDER = "Call one tool, or reply with a one-line summary and no tool call when the task is done."
+NATIVE_REMINDER = f"Call one tool, or {NO_CALL_FINISH} when the task is done."
 # ... and with tool_choice required, where every reply is a call and the submit tool finishes.
-SUBMIT_NEXT_STEP = {**NATIVE_NEXT_STEP, "run_tests passed": "The tests pass: call submit with a one-line summary."}
-SUBMIT_REMINDER = "Call one tool; when the task is done, call submit with a one-line summary."
+SUBMIT_NEXT_STEP = {**NATIVE_NEXT_STEP, "run_tests passed": f"The tests pass: {SUBMIT_FINISH}."}
+SUBMIT_REMINDER = f"Call one tool; when the task is done, {SUBMIT_FINISH}."
 
 
 def reminder_for(native: bool, submit: bool = False) -> str:

@@ -11,9 +11,10 @@ ablations of single helpers run when named, or all of them with `--only all`.
 Each configuration (CONFIGS below: a name, the CLI flags it adds, optionally a sampling temperature)
 runs through the normal CLI, `run_agents.py --no-embed --resume`, one model at a time, into its own
 folder `<out>/<config>/`. A finished config × model leaves `<out>/<config>/done-<model>.json`;
-`--resume` skips those and continues the others where their traces stop, so a long benchmark can be
-stopped and picked up again. `--only NAME[,NAME]` runs a subset. A config whose flags this CLI does not
-have (e.g. `--history` before that feature exists) is skipped with a note.
+`--resume` skips those (unless they covered fewer tasks than `--n`) and continues the others where their
+traces stop, so a long benchmark can be stopped and picked up again, or extended to more tasks.
+`--only NAME[,NAME]` runs a subset. A config whose flags this CLI does not have (e.g. `--history` before
+that feature exists) is skipped with a note.
 
 `--serve`: each model's configs go to one local `vllm serve` of its prepared folder (started here, one
 model at a time, through an openai registry entry with the model's name and generation settings): one
@@ -156,11 +157,19 @@ def served(model: str, args: argparse.Namespace) -> Iterator[Path]:
         srv.stop()
 
 
+def _done_n(done: Path) -> int:
+    """Tasks a finished run covered (0 when none): a run over fewer tasks resumes instead of skipping."""
+    try:
+        return int(json.loads(done.read_text(encoding="utf-8")).get("n", 0))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return 0
+
+
 def run_config(name: str, cfg: Config, model: str, args: argparse.Namespace, registry: Path) -> tuple[str, str]:
     """Run one config × model through the CLI (`registry` holds the model); (status, note)."""
     folder = args.out / name
     done = done_file(name, model, args)
-    if done.is_file():
+    if _done_n(done) >= args.n:
         return "done", "already done (skipped)"
     cmd = [sys.executable, str(ROOT / "run_agents.py"), "--models", model, "--n", str(args.n), "--out", str(folder),
            "--no-embed", "--resume", *cfg.args, *shlex.split(args.cli_args)]
@@ -328,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             runnable.append(name)
     for model in models:
-        todo = [n for n in runnable if not done_file(n, model, args).is_file()]
+        todo = [n for n in runnable if _done_n(done_file(n, model, args)) < args.n]
         with served(model, args) if args.serve and todo else contextlib.nullcontext(args.registry) as registry:
             for name in runnable:
                 status, note = run_config(name, CONFIGS[name], model, args, registry)

@@ -39,6 +39,11 @@ def test_strategy_table_only_and_resume(tmp_path: Path) -> None:
     assert "reflect × oracle: already done (skipped)" in resumed.stdout and "[strategies]" not in resumed.stderr
     assert results.read_text().count("## Strategies") == 1
 
+    more = bench(*common[:3], "3", *common[4:], "--only", "reflect", "--resume", "--no-append")  # a third task
+    assert more.returncode == 0, more.stderr
+    assert "already done" not in more.stdout and len(list((out / "reflect" / "null").rglob("run_*.json"))) == 3
+    assert '"n": 3' in (out / "reflect" / "done-null.json").read_text()
+
 
 def test_the_default_runs_the_tables_configs_and_no_ablation(tmp_path: Path) -> None:
     r = bench("--models", "oracle", "--n", "1", "--out", str(tmp_path / "out"), "--no-append")

@@ -250,6 +250,26 @@ def test_failure_extraction_in_run_cmd(ws: Workspace) -> None:
     assert "Failing" not in call(ws, "run_cmd", ON, cmd="python3 -c 'print(1)'")
 
 
+def test_a_multi_line_check_is_shown_whole(ws: Workspace) -> None:
+    """Python 3.11's traceback shows the first line of a statement; the observation shows all of it,
+    read from the file the run used, on one line."""
+    check = ("from calc import add\n\ndef check(candidate):\n    assert candidate(1, 2) == [\n"
+             "        3, 4,\n        5\n    ]\n\ncheck(add)\n")
+    call(ws, "write_file", path="check.py", content=check)
+    on = call(ws, "run_cmd", ON, cmd="python3 check.py")
+    assert on.startswith("Failing check: assert candidate(1, 2) == [3, 4, 5]  (check.py, line 4)\n")
+    assert "    assert candidate(1, 2) == [\n" in on  # the traceback itself is left as it ran
+    swapped = call(ws, "run_cmd", ON, cmd="python3 check.py; s=$?; echo 'x = 1' > check.py; exit $s")  # changed since
+    assert swapped.startswith("Failing check: assert candidate(1, 2) == [  (check.py, line 4)\n")
+    outside = ('Traceback (most recent call last):\n  File "/etc/passwd", line 1, in <module>\n'
+               "    assert f(1) == [\nAssertionError\n")
+    assert failure_summary(outside, lambda path: None) == "Failing check: assert f(1) == [  (/etc/passwd, line 1)\n" \
+        "Error: AssertionError"
+    assert failure_summary(outside, lambda path: "assert f(1) == [\n 1,\n 2]\n").startswith(
+        "Failing check: assert f(1) == [1, 2]  (")
+    assert failure_summary(outside, lambda path: "((((" * 10000).startswith("Failing check: assert f(1) == [  (")
+
+
 def test_failure_summary_formats() -> None:
     pytest_out = (
         "    def test_add():\n>       assert add(1, 2) == 4\nE       assert 3 == 4\n"

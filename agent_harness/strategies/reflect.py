@@ -18,7 +18,6 @@ so the runner's tick and streaming loops run it unchanged. Scenarios opt in by i
 
 from __future__ import annotations
 
-import ast
 import re
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -28,7 +27,7 @@ from ..errors import ConfigError, ToolError
 from ..scenarios import SingleShot
 from ..scenarios.bigcode_prompt import FixPrompt
 from ..steps import Attempt, CheckResult, Feedback, Step, reply_record
-from ..tools import ToolOptions, failure_summary, put_file, run_tool, syntax_error
+from ..tools import ToolOptions, failure_summary, put_file, run_tool, syntax_error, whole_statement
 from ..types import Completion, Conversation, GenParams, Message, RequestMeta, Task, request_seed
 from ..workspace import Workspace
 from .config import ReflectConfig
@@ -67,15 +66,8 @@ _CHECK = re.compile(r"^Failing check: .*  \((?P<file>[^()]+), line (?P<line>\d+)
 
 
 def _whole_statement(files: dict[str, str], rel: str, line: int) -> str | None:
-    """The statement of task file `rel` at `line`, all its lines (a traceback shows only the first)."""
-    try:
-        tree = ast.parse(files[rel])
-    except (KeyError, SyntaxError, ValueError):
-        return None
-    found = [n for n in ast.walk(tree) if isinstance(n, ast.stmt) and not isinstance(n, ast.FunctionDef | ast.If)
-             and n.lineno <= line <= (n.end_lineno or n.lineno)]
-    text = ast.get_source_segment(files[rel], min(found, key=lambda n: (n.end_lineno or n.lineno) - n.lineno)) \
-        if found else None
+    """The statement of task file `rel` at `line`, all its lines, when it is short enough to show."""
+    text = whole_statement(files[rel], line) if rel in files else None
     return text if text and len(text) <= MAX_FAILURE_CHARS else None
 
 

@@ -3,9 +3,11 @@ the SyntaxError of a Python file, as the few lines a small model can act on."""
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..sandbox import WORKDIR
@@ -62,8 +64,34 @@ def _is_check(f: _Frame) -> bool:
     return "assert" in f.code or os.path.basename(f.file).startswith("test") or "/tests/" in f.file
 
 
-def failure_summary(output: str) -> str | None:
-    """The failing check of a test run (unittest, pytest or a bare traceback), as a few lines."""
+def whole_statement(source: str, line: int) -> str | None:
+    """The innermost statement of `source` that spans `line`, all its lines (a traceback shows only the first)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    found = [n for n in ast.walk(tree) if isinstance(n, ast.stmt) and not isinstance(n, ast.FunctionDef | ast.If)
+             and n.lineno <= line <= (n.end_lineno or n.lineno)]
+    return ast.get_source_segment(source, min(found, key=lambda n: (n.end_lineno or n.lineno) - n.lineno)) \
+        if found else None
+
+
+def _unclosed(code: str) -> bool:
+    return sum(code.count(c) for c in "([{") > sum(code.count(c) for c in ")]}")
+
+
+def _one_line(statement: str) -> str:
+    """A multi-line statement on one line: `[\n    1, 2\n]` becomes `[1, 2]`."""
+    out = ""
+    for part in (ln.strip() for ln in statement.splitlines()):
+        out += part if not out or out[-1] in "([{" or part[:1] in ")]}" else " " + part
+    return out
+
+
+def failure_summary(output: str, read: Callable[[str], str | None] | None = None) -> str | None:
+    """The failing check of a test run (unittest, pytest or a bare traceback), as a few lines. `read`
+    gives a file's text by its shown path: a check the traceback cut after its first line is then shown
+    whole, on one line."""
     lines = output.splitlines()
     heads = [i for i, ln in enumerate(lines) if _UNITTEST_HEAD.match(ln)]
     parsed = _traceback(lines, heads[0] if heads else 0) or _pytest(lines)
@@ -77,7 +105,13 @@ def failure_summary(output: str) -> str | None:
     check = next((f for f in reversed(frames) if "assert" in f.code), None) or \
         next((f for f in reversed(frames) if _is_check(f)), None) or (frames[-1] if frames else None)
     if check is not None and check.code:
-        out.append(f"Failing check: {check.code}  ({check.file}, line {check.line})")
+        code = check.code
+        if read is not None and _unclosed(code):
+            source = read(check.file)
+            whole = whole_statement(source, check.line) if source is not None else None
+            one = _one_line(whole) if whole else ""
+            code = one if one.startswith(code) else code
+        out.append(f"Failing check: {code}  ({check.file}, line {check.line})")
     last = frames[-1] if frames else None
     if last is not None and last is not check and last.code and not last.file.startswith("/usr/"):
         out.append(f"Raised at: {last.code}  ({last.file}, line {last.line})")
@@ -86,9 +120,9 @@ def failure_summary(output: str) -> str | None:
     return "\n".join(ln if len(ln) <= _MAX_LINE else ln[:_MAX_LINE] + " ..." for ln in out) or None
 
 
-def failure_point(output: str) -> str:
+def failure_point(output: str, read: Callable[[str], str | None] | None = None) -> str:
     """The line a failing test run stopped at: the failing check, else the error, else the last line."""
-    summary = failure_summary(output) or ""
+    summary = failure_summary(output, read) or ""
     for prefix in ("Failing check: ", "Error: "):
         found = next((ln[len(prefix):] for ln in summary.splitlines() if ln.startswith(prefix)), "")
         if found.strip():

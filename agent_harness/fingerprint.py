@@ -22,9 +22,6 @@ if TYPE_CHECKING:
     from .strategies.config import AgentConfig
     from .types import Task
 
-EPISODE_KEYS = ("scenario", "label", "task", "sample")  # left out of `run_hash`
-
-
 def _digest(obj: Any) -> str:
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()

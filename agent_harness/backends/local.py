@@ -14,8 +14,6 @@ from ..types import Completion, Conversation, GenParams, ToolSpec, row_seeds
 if TYPE_CHECKING:
     from ..registry import ModelSpec
 
-DTYPES = ("bfloat16", "float16", "float32")
-
 log = logging.getLogger(__name__)
 
 

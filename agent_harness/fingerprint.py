@@ -1,10 +1,11 @@
 """Run configuration fingerprints: everything that decides an episode's result, hashed.
 
 Every trace header records ``fingerprint = {"hash", "run_hash", "config"}``. `config` holds the
-registry entry, the requested backend, the agent's budgets and helper switches, the run seed, the
-scenario, label, task (id and a digest of its content), the sample and the harness version;
-`hash` is the sha256 of its canonical JSON. `run_hash` leaves out what differs between the
-episodes of one run (scenario, label, task, sample), so the traces of one configuration share it.
+registry entry (less an openai entry's transport: its URLs, keys, timeouts, retries and concurrency),
+the requested backend, the agent's budgets and helper switches, the run seed, the scenario, label,
+task (id and a digest of its content), the sample and the harness version; `hash` is the sha256 of
+its canonical JSON. `run_hash` leaves out what differs between the episodes of one run (scenario,
+label, task, sample), so the traces of one configuration share it.
 
 `--resume` reuses a trace only when its `hash` equals the one this run computes for the episode.
 """
@@ -21,6 +22,11 @@ if TYPE_CHECKING:
     from .registry import ModelSpec
     from .strategies.config import AgentConfig
     from .types import Task
+
+# How an openai entry reaches its servers, not what answers: a fleet that loses or gains a node, or a server
+# restarted on another port, resumes its run. The trace header's `model.details` still records them.
+TRANSPORT = {"base_url", "api_key_env", "timeout_s", "stream", "deadline_s", "max_retries", "concurrency"}
+
 
 def _digest(obj: Any) -> str:
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
@@ -47,7 +53,7 @@ def run_config(spec: ModelSpec, backend: str | None, mode: str, agent: AgentConf
     """
     return {
         "harness_version": harness_version(),
-        "model": spec.model_dump(mode="json", exclude={"aliases", "description"}),
+        "model": spec.model_dump(mode="json", exclude={"aliases": True, "description": True, "openai": TRANSPORT}),
         "backend": backend or spec.backend,
         "mode": mode,
         "agent": agent.dump(),

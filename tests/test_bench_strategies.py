@@ -79,8 +79,8 @@ def test_unknown_config_and_missing_flag(tmp_path: Path) -> None:
 
 
 def test_a_served_model_keeps_its_port_so_resume_matches() -> None:
-    """--serve writes the server's URL into the registry entry, which the fingerprint holds: the port must
-    be the same at the next start, or --resume would redo every episode as 'config changed'."""
+    """--serve writes the server's URL into the registry entry: the same port at the next start keeps the
+    served registry file as it was (the fingerprint leaves the URL out)."""
     import socket
 
     from agent_harness.backends.vllm_serve import free_port, stable_port

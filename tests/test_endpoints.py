@@ -267,6 +267,15 @@ def test_run_survives_a_node_dying(tmp_path: Path, servers: list[Server]) -> Non
     assert answered.count(a.base_url) == len(a.bodies) - 1  # all A got but the request it died on
     assert answered.count(b.base_url) == len(b.bodies) == len(answered) - answered.count(a.base_url)
 
+    # the dead node dropped from the fleet: the run resumes (URLs are transport, not in the fingerprint)
+    sent = len(b.bodies)
+    r = subprocess.run([sys.executable, str(ROOT / "run_agents.py"), "--registry",
+                        str(registry_file(tmp_path, [b.base_url], concurrency=3)), "--models", "remote",
+                        "--agent", "react", "--n", "4", "--no-embed", "--no-progress", "--out", str(out), "--resume"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=600, env=env)
+    assert r.returncode == 0 and "resume: reused 4, redid 0" in r.stderr, r.stderr
+    assert len(b.bodies) == sent
+
 
 def test_sigterm_does_not_wait_for_requests_in_flight(tmp_path: Path, servers: list[Server]) -> None:
     """A run stopped (SIGTERM, as Ctrl-C) while its requests wait on a slow server exits at once with 130,

@@ -63,8 +63,8 @@ def free_port(preferred: int = 0) -> int:
 
 
 def stable_port(name: str) -> int:
-    """A port derived from `name` (20000-39999): a served model keeps its URL, hence its registry entry
-    and its runs' fingerprints, from one start of its server to the next, so `--resume` reuses them."""
+    """A port derived from `name` (20000-39999): a served model keeps its URL, hence its registry entry,
+    from one start of its server to the next."""
     return 20000 + int(hashlib.sha256(name.encode()).hexdigest(), 16) % 20000
 
 

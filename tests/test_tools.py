@@ -268,6 +268,8 @@ def test_a_multi_line_check_is_shown_whole(ws: Workspace) -> None:
     assert failure_summary(outside, lambda path: "assert f(1) == [\n 1,\n 2]\n").startswith(
         "Failing check: assert f(1) == [1, 2]  (")
     assert failure_summary(outside, lambda path: "((((" * 10000).startswith("Failing check: assert f(1) == [  (")
+    huge = "assert f(1) == [\n" + "1,\n" * 500_000 + "]\n"  # read in bounded pieces, never parsed whole
+    assert failure_summary(outside, lambda path: huge).startswith("Failing check: assert f(1) == [  (")
 
 
 def test_failure_summary_formats() -> None:

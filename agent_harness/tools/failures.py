@@ -17,6 +17,8 @@ _UNITTEST_HEAD = re.compile(r"^(?:FAIL|ERROR): \S.*$")
 _PYTEST_LOC = re.compile(r"^(?P<file>\S+\.py):(?P<line>\d+): \w+")
 _MAX_LINE = 300
 MAX_POINT = 200  # characters of a failing line kept by `failure_point`
+MAX_STATEMENT_LINES = 40  # a failing check read whole from its file: at most this many lines
+MAX_STATEMENT_CHARS = 4000  # ... and characters
 
 
 @dataclass
@@ -65,15 +67,21 @@ def _is_check(f: _Frame) -> bool:
 
 
 def whole_statement(source: str, line: int) -> str | None:
-    """The innermost statement of `source` that spans `line`, all its lines (a traceback shows only the first)."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
-    found = [n for n in ast.walk(tree) if isinstance(n, ast.stmt) and not isinstance(n, ast.FunctionDef | ast.If)
-             and n.lineno <= line <= (n.end_lineno or n.lineno)]
-    return ast.get_source_segment(source, min(found, key=lambda n: (n.end_lineno or n.lineno) - n.lineno)) \
-        if found else None
+    """The statement that starts at `line` of `source`, all its lines (a traceback shows only the first).
+    Read by parsing growing runs of lines, so a huge or hostile file costs little: None past
+    MAX_STATEMENT_LINES lines or MAX_STATEMENT_CHARS characters."""
+    lines = source.splitlines()[line - 1:line - 1 + MAX_STATEMENT_LINES] if line >= 1 else []
+    size = 0
+    for k in range(1, len(lines) + 1):
+        size += len(lines[k - 1]) + 1
+        if size > MAX_STATEMENT_CHARS:
+            return None
+        try:  # inside brackets indentation does not count: each line stripped, so any indentation parses
+            ast.parse("\n".join(ln.strip() for ln in lines[:k]))
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        return "\n".join([lines[0].strip(), *(ln.rstrip() for ln in lines[1:k])])
+    return None
 
 
 def _unclosed(code: str) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -250,7 +251,7 @@ def test_failure_extraction_in_run_cmd(ws: Workspace) -> None:
     assert "Failing" not in call(ws, "run_cmd", ON, cmd="python3 -c 'print(1)'")
 
 
-def test_a_multi_line_check_is_shown_whole(ws: Workspace) -> None:
+def test_a_multi_line_check_is_shown_whole(ws: Workspace, tmp_path: Path) -> None:
     """Python 3.11's traceback shows the first line of a statement; the observation shows all of it,
     read from the file the run used, on one line."""
     check = ("from calc import add\n\ndef check(candidate):\n    assert candidate(1, 2) == [\n"
@@ -261,6 +262,11 @@ def test_a_multi_line_check_is_shown_whole(ws: Workspace) -> None:
     assert "    assert candidate(1, 2) == [\n" in on  # the traceback itself is left as it ran
     swapped = call(ws, "run_cmd", ON, cmd="python3 check.py; s=$?; echo 'x = 1' > check.py; exit $s")  # changed since
     assert swapped.startswith("Failing check: assert candidate(1, 2) == [  (check.py, line 4)\n")
+    (ws.root / "evil.py").symlink_to(tmp_path / "evil.py")  # a statement outside the workspace is never read
+    (tmp_path / "evil.py").write_text("assert f(1) == [\n    9]\n")
+    fake = ("printf 'Traceback (most recent call last):\\n  File \"/workspace/evil.py\", line 1, in <module>\\n"
+            "    assert f(1) == [\\nAssertionError\\n' >&2; exit 1")
+    assert call(ws, "run_cmd", ON, cmd=fake).startswith("Failing check: assert f(1) == [  (evil.py, line 1)\n")
     outside = ('Traceback (most recent call last):\n  File "/etc/passwd", line 1, in <module>\n'
                "    assert f(1) == [\nAssertionError\n")
     assert failure_summary(outside, lambda path: None) == "Failing check: assert f(1) == [  (/etc/passwd, line 1)\n" \

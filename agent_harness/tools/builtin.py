@@ -9,8 +9,10 @@ or timings, so identical runs give identical traces.
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -48,21 +50,25 @@ def _kill_note(res: CmdResult, ws: Workspace, timeout: float) -> str:
     }.get(res.killed_reason or "", "")
 
 
-def _text_of(ws: Workspace, path: str) -> str | None:
-    found = file_bytes(ws, path)
-    return found[1].decode("utf-8", "replace") if found else None
+def _reader(ws: Workspace) -> Callable[[str], str | None]:
+    """A workspace file's text by path (None when it is not a readable regular file), each file read once."""
+    @functools.cache
+    def text_of(path: str) -> str | None:
+        found = file_bytes(ws, path)
+        return found[1].decode("utf-8", "replace") if found else None
+    return text_of
 
 
-def _summary(res: CmdResult, ws: Workspace, opts: ToolOptions) -> list[str]:
+def _summary(res: CmdResult, opts: ToolOptions, read: Callable[[str], str | None]) -> list[str]:
     if not opts.extract_failure or res.ok:
         return []
-    found = failure_summary(res.stdout + "\n" + res.stderr, lambda path: _text_of(ws, path))
+    found = failure_summary(res.stdout + "\n" + res.stderr, read)
     return [found, ""] if found else []
 
 
 def _cmd_observation(res: CmdResult, ws: Workspace, opts: ToolOptions) -> str:
     out, err = two_streams(strip_timings(res.stdout), strip_timings(res.stderr), opts.max_output_chars)
-    parts = [*_summary(res, ws, opts), f"exit code: {res.returncode}{_kill_note(res, ws, _timeout(ws, opts))}"]
+    parts = [*_summary(res, opts, _reader(ws)), f"exit code: {res.returncode}{_kill_note(res, ws, _timeout(ws, opts))}"]
     if out:
         parts += ["stdout:", out.rstrip("\n")]
     if err:
@@ -193,9 +199,10 @@ def run_tests(ws: Workspace, opts: ToolOptions) -> ToolResult:
     status = "Tests PASSED." if res.ok else f"Tests FAILED (exit code {res.returncode}){note}."
     both = res.stdout + ("\n" if res.stdout and res.stderr else "") + res.stderr
     output = truncate(strip_timings(both).rstrip("\n"), opts.max_output_chars)
-    parts = [*_summary(res, ws, opts), f"{status}  $ {shlex.join(cmd)}"]
+    read = _reader(ws)  # the summary and the failing check read the same file: once
+    parts = [*_summary(res, opts, read), f"{status}  $ {shlex.join(cmd)}"]
     if output:
         parts.append(output)
     text = "\n".join(parts)
-    at = None if res.ok else failure_point(text, lambda path: _text_of(ws, path))
+    at = None if res.ok else failure_point(text, read)
     return ToolResult(text, tests_passed=res.ok, failing_check=at)

@@ -21,7 +21,9 @@ settings, with embeddings on unless `--args=--no-embed` (they are part of the ha
 - vllm:         vLLM: each episode's next request goes out as soon as its tool ran (since the async
                 backends, the `vllm` backend is a local `vllm serve` the harness owns);
 - vllm-b128:    the same with vLLM's own CPU block size, 128 tokens (the project's CPU default is 32);
-- vllm-ngram:   the same with n-gram speculative decoding, 4 draft tokens (replies copy the file they read).
+- vllm-ngram:   the same with n-gram speculative decoding, 4 draft tokens (replies copy the file they read);
+- vllm-si16:    the same with the server streaming 16 tokens per chunk instead of each token (less work for
+                its API process, which shares the cores with the engine).
 
 "computed prompt" is the prompt tokens the engine actually ran (prompt - cached, from the traces'
 `tokens.cached`): with prefix caching / KV reuse most of each turn's prompt is served from cache.
@@ -61,6 +63,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "vllm": {"backend": "vllm", "concurrency": None, "env": {}},
     "vllm-b128": {"backend": "vllm", "concurrency": None, "env": {"AGENT_HARNESS_VLLM_BLOCK_SIZE": "128"}},
     "vllm-ngram": {"backend": "vllm", "concurrency": None, "env": {"AGENT_HARNESS_VLLM_NGRAM": "4"}},
+    "vllm-si16": {"backend": "vllm", "concurrency": None, "env": {"AGENT_HARNESS_VLLM_STREAM_INTERVAL": "16"}},
 }
 
 

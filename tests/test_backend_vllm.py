@@ -62,18 +62,21 @@ def test_cpu_env_respects_the_user_but_not_inductors_tmp_default() -> None:
 
 
 def test_engine_options_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("AGENT_HARNESS_VLLM_BLOCK_SIZE", "AGENT_HARNESS_VLLM_NGRAM", "AGENT_HARNESS_VLLM_GPU_UTIL"):
+    for var in ("AGENT_HARNESS_VLLM_BLOCK_SIZE", "AGENT_HARNESS_VLLM_NGRAM", "AGENT_HARNESS_VLLM_GPU_UTIL",
+                "AGENT_HARNESS_VLLM_STREAM_INTERVAL"):
         monkeypatch.delenv(var, raising=False)
     assert engine_options(cuda=False) == {"block_size": 32} and engine_options(cuda=True) == {}
     monkeypatch.setenv("AGENT_HARNESS_VLLM_BLOCK_SIZE", "32")
     monkeypatch.setenv("AGENT_HARNESS_VLLM_NGRAM", "4")
     monkeypatch.setenv("AGENT_HARNESS_VLLM_GPU_UTIL", "0.5")
+    monkeypatch.setenv("AGENT_HARNESS_VLLM_STREAM_INTERVAL", "16")
     cpu = engine_options(cuda=False)
-    assert cpu["block_size"] == 32 and "gpu_memory_utilization" not in cpu
+    assert cpu["block_size"] == 32 and "gpu_memory_utilization" not in cpu and cpu["stream_interval"] == 16
     assert cpu["speculative_config"]["method"] == "ngram" and cpu["speculative_config"]["num_speculative_tokens"] == 4
     assert engine_options(cuda=True)["gpu_memory_utilization"] == 0.5
     for var, bad in (("AGENT_HARNESS_VLLM_BLOCK_SIZE", "20"), ("AGENT_HARNESS_VLLM_BLOCK_SIZE", "0"),
-                     ("AGENT_HARNESS_VLLM_NGRAM", "x"), ("AGENT_HARNESS_VLLM_NGRAM", "40")):
+                     ("AGENT_HARNESS_VLLM_NGRAM", "x"), ("AGENT_HARNESS_VLLM_NGRAM", "40"),
+                     ("AGENT_HARNESS_VLLM_STREAM_INTERVAL", "0"), ("AGENT_HARNESS_VLLM_STREAM_INTERVAL", "100")):
         with monkeypatch.context() as m:
             m.setenv(var, bad)
             with pytest.raises(ConfigError, match=var):

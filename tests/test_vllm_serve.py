@@ -219,7 +219,8 @@ def test_vllm_accepts_the_flags_for_spec_builds(default_spec: Any, tmp_path: Pat
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("vllm is not installed (scripts/install_vllm.sh)")
     for var, value in (("AGENT_HARNESS_VLLM_NGRAM", "3"), ("AGENT_HARNESS_VLLM_BLOCK_SIZE", "64"),
-                       ("AGENT_HARNESS_VLLM_DTYPE", "float32"), ("AGENT_HARNESS_VLLM_EAGER", "1")):
+                       ("AGENT_HARNESS_VLLM_DTYPE", "float32"), ("AGENT_HARNESS_VLLM_EAGER", "1"),
+                       ("AGENT_HARNESS_VLLM_STREAM_INTERVAL", "16")):
         monkeypatch.setenv(var, value)
     srv = VllmServer.for_spec(default_spec, tmp_path / "engine.log", "m", model=str(tmp_path))
     code = textwrap.dedent("""
@@ -240,7 +241,7 @@ def test_vllm_accepts_the_flags_for_spec_builds(default_spec: Any, tmp_path: Pat
     assert (args["dtype"], args["block_size"], args["seed"], args["generation_config"]) == ("float32", 64, 0, "vllm")
     assert args["enforce_eager"] is True and args["enable_prefix_caching"] is True
     assert args["enable_prompt_tokens_details"] is True and args["disable_uvicorn_access_log"] is True
-    assert args["speculative_config"]["num_speculative_tokens"] == 3
+    assert args["speculative_config"]["num_speculative_tokens"] == 3 and args["stream_interval"] == 16
     if not srv.cuda:
         assert args["enable_chunked_prefill"] is False
         assert args["max_num_batched_tokens"] == max(4096, default_spec.context_length)

@@ -147,6 +147,8 @@ def engine_options(cuda: bool) -> dict[str, Any]:
                                       "prompt_lookup_min": 2, "prompt_lookup_max": 5}
     if cuda and env.vllm_gpu_util is not None:
         opts["gpu_memory_utilization"] = env.vllm_gpu_util
+    if env.vllm_stream_interval is not None:
+        opts["stream_interval"] = env.vllm_stream_interval
     return opts
 
 

@@ -13,8 +13,9 @@ runs through the normal CLI, `run_agents.py --no-embed --resume`, one model at a
 folder `<out>/<config>/`. A finished config × model leaves `<out>/<config>/done-<model>.json`;
 `--resume` skips those (unless they covered fewer tasks than `--n`) and continues the others where their
 traces stop, so a long benchmark can be stopped and picked up again, or extended to more tasks.
-`--only NAME[,NAME]` runs a subset. A config whose flags this CLI does not have (e.g. `--history` before
-that feature exists) is skipped with a note.
+`--only NAME[,NAME]` runs a subset; `--report` runs nothing and prints the table of the episodes the folders
+hold (a long run's progress: the `tasks` column says how many each row covers). A config whose flags this CLI
+does not have (e.g. `--history` before that feature exists) is skipped with a note.
 
 `--serve`: each model's configs go to one local `vllm serve` of its prepared folder (started here, one
 model at a time, through an openai registry entry with the model's name and generation settings): one
@@ -300,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--registry", type=Path, default=ROOT / "models.yaml")
     p.add_argument("--results", type=Path, default=RESULTS, help="markdown file the table is appended to")
     p.add_argument("--no-append", action="store_true", help="print the table only")
+    p.add_argument("--report", action="store_true",
+                   help="run nothing: the table of the episodes the folders hold now (a run still going, or "
+                        "stopped); implies --no-append")
     p.add_argument("--quiet", action="store_true", help="hide the runs' own tables")
     p.add_argument("--list", action="store_true", help="print the configs and exit")
     p.add_argument("--serve", action="store_true",
@@ -321,7 +325,9 @@ def main(argv: list[str] | None = None) -> int:
             "--models is empty" if not models else "--n must be > 0"
         print(f"error: {why}", file=sys.stderr)
         return 2
-    if not args.resume:
+    if args.report:
+        args.no_append = True
+    elif not args.resume:
         busy = [f"{args.out / n / m}" for n in names for m in models if (args.out / n / m).is_dir()]
         if busy:
             print(f"error: {busy[0]} already holds traces; pass --resume to continue, or another --out",
@@ -336,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
             notes.append(f"{name}: skipped, this CLI has no {', '.join(missing)}")
         else:
             runnable.append(name)
-    for model in models:
+    for model in models if not args.report else []:
         todo = [n for n in runnable if _done_n(done_file(n, model, args)) < args.n]
         with served(model, args) if args.serve and todo else contextlib.nullcontext(args.registry) as registry:
             for name in runnable:

@@ -44,6 +44,12 @@ def test_strategy_table_only_and_resume(tmp_path: Path) -> None:
     assert "already done" not in more.stdout and len(list((out / "reflect" / "null").rglob("run_*.json"))) == 3
     assert '"n": 3' in (out / "reflect" / "done-null.json").read_text()
 
+    report = bench(*common[:3], "10", *common[4:], "--only", "reflect,react-full", "--report")  # runs nothing
+    assert report.returncode == 0, report.stderr
+    assert "[strategies]" not in report.stderr and not (out / "react-full").exists()
+    assert len(list((out / "reflect" / "null").rglob("run_*.json"))) == 3
+    assert "| reflect | null | 3 |" in report.stdout and results.read_text().count("## Strategies") == 1
+
 
 def test_the_default_runs_the_tables_configs_and_no_ablation(tmp_path: Path) -> None:
     r = bench("--models", "oracle", "--n", "1", "--out", str(tmp_path / "out"), "--no-append")

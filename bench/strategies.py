@@ -286,6 +286,27 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def run_all(names: list[str], models: list[str], args: argparse.Namespace) -> list[str]:
+    """Run each config × model not done yet (one server per model with --serve); notes on skips and failures."""
+    help_text = cli_flags()
+    notes: list[str] = []
+    runnable = []
+    for name in names:
+        missing = missing_flags(CONFIGS[name], help_text)
+        if missing:
+            notes.append(f"{name}: skipped, this CLI has no {', '.join(missing)}")
+        else:
+            runnable.append(name)
+    for model in models:
+        todo = [n for n in runnable if _done_n(done_file(n, model, args)) < args.n]
+        with served(model, args) if args.serve and todo else contextlib.nullcontext(args.registry) as registry:
+            for name in runnable:
+                status, note = run_config(name, CONFIGS[name], model, args, registry)
+                if note:
+                    notes.append(f"{name} × {model}: {note}")
+    return notes
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default="qwen2.5-coder-0.5b", help="comma-separated registry names")
@@ -333,22 +354,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {busy[0]} already holds traces; pass --resume to continue, or another --out",
                   file=sys.stderr)
             return 2
-    help_text = cli_flags()
-    notes: list[str] = []
-    runnable = []
-    for name in names:
-        missing = missing_flags(CONFIGS[name], help_text)
-        if missing:
-            notes.append(f"{name}: skipped, this CLI has no {', '.join(missing)}")
-        else:
-            runnable.append(name)
-    for model in models if not args.report else []:
-        todo = [n for n in runnable if _done_n(done_file(n, model, args)) < args.n]
-        with served(model, args) if args.serve and todo else contextlib.nullcontext(args.registry) as registry:
-            for name in runnable:
-                status, note = run_config(name, CONFIGS[name], model, args, registry)
-                if note:
-                    notes.append(f"{name} × {model}: {note}")
+    notes = [] if args.report else run_all(names, models, args)
     rows = [r for name in names for model in models for r in rows_for(name, CONFIGS[name], model, args)]
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     text = (f"## Strategies: {', '.join(models)}, first {args.n} HumanEvalFix tasks ({now})\n\n"

@@ -12,7 +12,16 @@ import pytest
 from agent_harness.errors import ToolError
 from agent_harness.protocol import parse_reply, render_system_prompt
 from agent_harness.sandbox import Limits, bwrap_problem
-from agent_harness.tools import TOOLS, ToolOptions, execute, failure_summary, tools_for, truncate
+from agent_harness.tools import (
+    TOOLS,
+    ToolOptions,
+    execute,
+    failure_point,
+    failure_summary,
+    find_failure,
+    tools_for,
+    truncate,
+)
 from agent_harness.types import ToolParam
 from agent_harness.workspace import Workspace
 
@@ -294,6 +303,22 @@ def test_failure_summary_formats() -> None:
     assert failure_summary(two) == ("Failing test: test_a (t.T.test_a) (1 of 2 failing tests)\n"
                                     "Failing check: self.assertTrue(False)  (t.py, line 3)\n"
                                     "Error: AssertionError: False is not true")
+
+
+def test_failure_is_read_once_into_typed_fields() -> None:
+    out = ('Traceback (most recent call last):\n  File "/workspace/test_t.py", line 5, in <module>\n'
+           "    check(f)\n  File \"/workspace/lib.py\", line 2, in check\n    raise ValueError('no')\n"
+           "ValueError: no\n")
+    found = find_failure(out)
+    assert found is not None and found.check is not None and found.raised is not None
+    assert (found.check.file, found.check.line, found.point) == ("test_t.py", 5, "check(f)")
+    assert found.raised.code == "raise ValueError('no')" and found.error == "ValueError: no"
+    long = "x" * 400  # a caller's replacement of the check line is its own: never cut like the parsed lines
+    assert found.summary(long) == f"{long}\nRaised at: raise ValueError('no')  (lib.py, line 2)\nError: ValueError: no"
+    bare = find_failure("Traceback (most recent call last):\n  File \"/usr/lib/x.py\", line 1, in f\nKeyError: 3\n")
+    assert bare is not None and bare.check is None and bare.point == "KeyError: 3"  # no code: the error is the point
+    assert failure_point("1 test\nno traceback here\n", None) == "no traceback here"
+    assert failure_point("", None) == "(no output)"
 
 
 def test_git_diff_tool(ws: Workspace) -> None:

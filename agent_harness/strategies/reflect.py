@@ -18,7 +18,6 @@ so the runner's tick and streaming loops run it unchanged. Scenarios opt in by i
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -27,7 +26,7 @@ from ..errors import ConfigError, ToolError
 from ..scenarios import SingleShot
 from ..scenarios.bigcode_prompt import FixPrompt
 from ..steps import Attempt, CheckResult, Feedback, Step, reply_record
-from ..tools import ToolOptions, failure_summary, put_file, run_tool, syntax_error, whole_statement
+from ..tools import ToolOptions, find_failure, put_file, run_tool, syntax_error, whole_statement
 from ..types import Completion, Conversation, GenParams, Message, RequestMeta, Task, request_seed
 from ..workspace import Workspace
 from .config import ReflectConfig
@@ -62,9 +61,6 @@ def _norm(source: str) -> str:
     return "\n".join(line.rstrip() for line in source.strip().splitlines())
 
 
-_CHECK = re.compile(r"^Failing check: .*  \((?P<file>[^()]+), line (?P<line>\d+)\)$", re.M)
-
-
 def _whole_statement(files: dict[str, str], rel: str, line: int) -> str | None:
     """The statement of task file `rel` at `line`, all its lines, when it is short enough to show."""
     text = whole_statement(files[rel], line) if rel in files else None
@@ -73,12 +69,12 @@ def _whole_statement(files: dict[str, str], rel: str, line: int) -> str | None:
 
 def _failure(obs: str, files: dict[str, str]) -> str:
     """The failing check of a test run, in a few lines; else the run's status and output tail."""
-    found = failure_summary(obs)
-    m = _CHECK.search(found or "")
-    if found and m:
-        whole = _whole_statement(files, m["file"], int(m["line"]))
+    failure = find_failure(obs)
+    found = failure.summary() if failure else None
+    if failure and (c := failure.check):
+        whole = _whole_statement(files, c.file, c.line)
         if whole and "\n" in whole:
-            found = found.replace(m.group(0), f"Failing check ({m['file']}, line {m['line']}):\n{whole}")
+            found = failure.summary(f"Failing check ({c.file}, line {c.line}):\n{whole}")
     if found:
         return found
     lines = obs.splitlines()

@@ -15,7 +15,7 @@ from __future__ import annotations
 from . import builtin as _builtin  # registers the tools
 from .args import ArgumentError, check_args
 from .builtin import GREP_SCRIPT
-from .failures import failure_point, failure_summary, syntax_error, whole_statement
+from .failures import Failure, failure_point, failure_summary, find_failure, syntax_error, whole_statement
 from .files import MAX_READ_BYTES, file_bytes, put_file, restore_files
 from .output import strip_timings, truncate
 from .registry import TOOLS, Tool, ToolOptions, execute, run_tool, tool, tools_for
@@ -24,7 +24,8 @@ from .result import ToolResult
 __all__ = [
     "GREP_SCRIPT", "MAX_READ_BYTES", "TOOLS", "ArgumentError", "Tool", "ToolOptions", "ToolResult", "check_args",
     "execute", "run_tool",
-    "failure_point", "failure_summary", "file_bytes", "put_file", "restore_files", "strip_timings", "syntax_error",
+    "Failure", "failure_point", "failure_summary", "find_failure",
+    "file_bytes", "put_file", "restore_files", "strip_timings", "syntax_error",
     "whole_statement",
     "tool", "tools_for", "truncate",
 ]

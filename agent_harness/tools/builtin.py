@@ -19,7 +19,7 @@ from typing import Annotated
 from ..errors import ToolError
 from ..types import CmdResult
 from ..workspace import Workspace
-from .failures import failure_point, failure_summary, syntax_error
+from .failures import Failure, failure_point, find_failure, syntax_error
 from .files import MAX_READ_BYTES, file_bytes, listing, open_regular, resolve, write
 from .output import strip_timings, truncate, two_streams
 from .registry import ToolOptions, tool
@@ -59,16 +59,20 @@ def _reader(ws: Workspace) -> Callable[[str], str | None]:
     return text_of
 
 
-def _summary(res: CmdResult, opts: ToolOptions, read: Callable[[str], str | None]) -> list[str]:
-    if not opts.extract_failure or res.ok:
-        return []
-    found = failure_summary(res.stdout + "\n" + res.stderr, read)
-    return [found, ""] if found else []
+def _failure(res: CmdResult, read: Callable[[str], str | None]) -> Failure | None:
+    return None if res.ok else find_failure(res.stdout + "\n" + res.stderr, read)
+
+
+def _summary(found: Failure | None, opts: ToolOptions) -> list[str]:
+    """The failure's lines to put before a command's output (when the options ask for them)."""
+    shown = found.summary() if found is not None and opts.extract_failure else None
+    return [shown, ""] if shown else []
 
 
 def _cmd_observation(res: CmdResult, ws: Workspace, opts: ToolOptions) -> str:
     out, err = two_streams(strip_timings(res.stdout), strip_timings(res.stderr), opts.max_output_chars)
-    parts = [*_summary(res, opts, _reader(ws)), f"exit code: {res.returncode}{_kill_note(res, ws, _timeout(ws, opts))}"]
+    found = _failure(res, _reader(ws)) if opts.extract_failure else None
+    parts = [*_summary(found, opts), f"exit code: {res.returncode}{_kill_note(res, ws, _timeout(ws, opts))}"]
     if out:
         parts += ["stdout:", out.rstrip("\n")]
     if err:
@@ -199,10 +203,10 @@ def run_tests(ws: Workspace, opts: ToolOptions) -> ToolResult:
     status = "Tests PASSED." if res.ok else f"Tests FAILED (exit code {res.returncode}){note}."
     both = res.stdout + ("\n" if res.stdout and res.stderr else "") + res.stderr
     output = truncate(strip_timings(both).rstrip("\n"), opts.max_output_chars)
-    read = _reader(ws)  # the summary and the failing check read the same file: once
-    parts = [*_summary(res, opts, read), f"{status}  $ {shlex.join(cmd)}"]
+    found = _failure(res, _reader(ws))  # read once: the summary shown and the step's failing check
+    parts = [*_summary(found, opts), f"{status}  $ {shlex.join(cmd)}"]
     if output:
         parts.append(output)
     text = "\n".join(parts)
-    at = None if res.ok else failure_point(text, read)
+    at = None if res.ok else failure_point(text, found)
     return ToolResult(text, tests_passed=res.ok, failing_check=at)

@@ -8,7 +8,7 @@ import os
 import re
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..sandbox import WORKDIR
 
@@ -22,7 +22,7 @@ MAX_STATEMENT_CHARS = 4000  # ... and characters
 
 
 @dataclass
-class _Frame:
+class Frame:
     file: str
     line: int
     code: str = ""
@@ -32,17 +32,17 @@ def _shown_path(path: str) -> str:
     return path[len(WORKDIR) + 1:] if path.startswith(WORKDIR + "/") else path
 
 
-def _traceback(lines: list[str], start: int) -> tuple[list[_Frame], str] | None:
+def _traceback(lines: list[str], start: int) -> tuple[list[Frame], str] | None:
     """Frames and exception line of the first traceback at or after `start`."""
     marker = "Traceback (most recent call last):"
     i = next((j for j in range(start, len(lines)) if lines[j].strip() == marker), None)
     if i is None:
         return None
-    frames: list[_Frame] = []
+    frames: list[Frame] = []
     for line in lines[i + 1:]:
         m = _FRAME.match(line)
         if m:
-            frames.append(_Frame(_shown_path(m["file"]), int(m["line"])))
+            frames.append(Frame(_shown_path(m["file"]), int(m["line"])))
         elif line[:1].isspace():
             code = line.strip()
             if frames and not frames[-1].code and code and set(code) - set("^~ "):
@@ -52,17 +52,17 @@ def _traceback(lines: list[str], start: int) -> tuple[list[_Frame], str] | None:
     return (frames, "") if frames else None
 
 
-def _pytest(lines: list[str]) -> tuple[list[_Frame], str] | None:
+def _pytest(lines: list[str]) -> tuple[list[Frame], str] | None:
     errors = [ln[1:].strip() for ln in lines if ln.startswith("E ")]
     if not errors:
         return None
     code = next((ln[1:].strip() for ln in lines if ln.startswith(">")), "")
     loc = next((m for m in map(_PYTEST_LOC.match, lines) if m), None)
-    frame = _Frame(loc["file"] if loc else "?", int(loc["line"]) if loc else 0, code)
+    frame = Frame(loc["file"] if loc else "?", int(loc["line"]) if loc else 0, code)
     return [frame], errors[0]
 
 
-def _is_check(f: _Frame) -> bool:
+def _is_check(f: Frame) -> bool:
     return "assert" in f.code or os.path.basename(f.file).startswith("test") or "/tests/" in f.file
 
 
@@ -96,46 +96,70 @@ def _one_line(statement: str) -> str:
     return out
 
 
-def failure_summary(output: str, read: Callable[[str], str | None] | None = None) -> str | None:
-    """The failing check of a test run (unittest, pytest or a bare traceback), as a few lines. `read`
-    gives a file's text by its shown path: a check the traceback cut after its first line is then shown
-    whole, on one line."""
+@dataclass(frozen=True)
+class Failure:
+    """A failing test run, read once: what the model is shown and the line the run stopped at."""
+    test: str | None  # the failing test (unittest), with "(1 of N failing tests)" when more failed
+    check: Frame | None  # the failing check; its code whole on one line when the file could be read
+    raised: Frame | None  # where the error was raised, when that is elsewhere and not library code
+    error: str  # the exception line
+
+    def summary(self, check: str | None = None) -> str | None:
+        """The lines shown to the model; `check` replaces the failing-check line."""
+        def cut(line: str) -> str:
+            return line if len(line) <= _MAX_LINE else line[:_MAX_LINE] + " ..."
+        out = [cut(f"Failing test: {self.test}")] if self.test else []
+        if (c := self.check) is not None:
+            out.append(check if check is not None else cut(f"Failing check: {c.code}  ({c.file}, line {c.line})"))
+        if (r := self.raised) is not None:
+            out.append(cut(f"Raised at: {r.code}  ({r.file}, line {r.line})"))
+        if self.error:
+            out.append(cut(f"Error: {self.error}"))
+        return "\n".join(out) or None
+
+    @property
+    def point(self) -> str:
+        """The failing check's code, else the error; "" when the run showed neither."""
+        return ((self.check.code if self.check else "") or self.error)[:MAX_POINT]
+
+
+def find_failure(output: str, read: Callable[[str], str | None] | None = None) -> Failure | None:
+    """The failing check of a test run (unittest, pytest or a bare traceback), or None when the output
+    holds no traceback. `read` gives a file's text by its shown path: a check the traceback cut after
+    its first line is then shown whole, on one line."""
     lines = output.splitlines()
     heads = [i for i, ln in enumerate(lines) if _UNITTEST_HEAD.match(ln)]
     parsed = _traceback(lines, heads[0] if heads else 0) or _pytest(lines)
     if parsed is None:
         return None
     frames, exc = parsed
-    out = []
+    test = None
     if heads:
         more = f" (1 of {len(heads)} failing tests)" if len(heads) > 1 else ""
-        out.append(f"Failing test: {lines[heads[0]].split(': ', 1)[1]}{more}")
+        test = lines[heads[0]].split(": ", 1)[1] + more
     check = next((f for f in reversed(frames) if "assert" in f.code), None) or \
         next((f for f in reversed(frames) if _is_check(f)), None) or (frames[-1] if frames else None)
-    if check is not None and check.code:
-        code = check.code
-        if read is not None and _unclosed(code):
-            source = read(check.file)
-            whole = whole_statement(source, check.line) if source is not None else None
-            one = _one_line(whole) if whole else ""
-            code = one if one.startswith(code) else code
-        out.append(f"Failing check: {code}  ({check.file}, line {check.line})")
     last = frames[-1] if frames else None
-    if last is not None and last is not check and last.code and not last.file.startswith("/usr/"):
-        out.append(f"Raised at: {last.code}  ({last.file}, line {last.line})")
-    if exc:
-        out.append(f"Error: {exc}")
-    return "\n".join(ln if len(ln) <= _MAX_LINE else ln[:_MAX_LINE] + " ..." for ln in out) or None
+    raised = last if last is not None and last is not check and last.code and \
+        not last.file.startswith("/usr/") else None
+    if check is not None and check.code and read is not None and _unclosed(check.code):
+        source = read(check.file)
+        whole = whole_statement(source, check.line) if source is not None else None
+        one = _one_line(whole) if whole else ""
+        check = replace(check, code=one) if one.startswith(check.code) else check
+    return Failure(test, check if check is not None and check.code else None, raised, exc)
 
 
-def failure_point(output: str, read: Callable[[str], str | None] | None = None) -> str:
+def failure_summary(output: str, read: Callable[[str], str | None] | None = None) -> str | None:
+    """The lines `find_failure` shows the model, or None."""
+    found = find_failure(output, read)
+    return found.summary() if found else None
+
+
+def failure_point(output: str, found: Failure | None) -> str:
     """The line a failing test run stopped at: the failing check, else the error, else the last line."""
-    summary = failure_summary(output, read) or ""
-    for prefix in ("Failing check: ", "Error: "):
-        found = next((ln[len(prefix):] for ln in summary.splitlines() if ln.startswith(prefix)), "")
-        if found.strip():
-            point = found.rsplit("  (", 1)[0] if prefix == "Failing check: " else found
-            return point.strip()[:MAX_POINT]
+    if found is not None and found.point:
+        return found.point
     lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
     return lines[-1][:MAX_POINT] if lines else "(no output)"
 

@@ -323,10 +323,11 @@ def elisions(steps: Sequence[Step]) -> Elisions:
 
 def rebuild_prompt(trace: Mapping[str, Any], turn: int) -> Conversation:
     """The conversation sent to the model at `turn` (0-based), rebuilt from a trace."""
+    from .strategies.config import AgentConfig  # the strategies build on this module
+
     prompt, steps = trace["prompt"], parse_steps(trace["steps"])
-    reminder = (trace.get("agent") or {}).get("format_reminder", True)
-    native = (trace.get("agent") or {}).get("protocol") == "native"
-    submit = native and (trace.get("agent") or {}).get("tool_choice") == "required"
+    agent = AgentConfig.from_dump(trace.get("agent") or {})
+    reminder, native, submit = agent.format_reminder, agent.protocol == "native", agent.forced_calls
     head: Conversation = [{"role": "system", "content": prompt["system"]}, *prompt.get("demo", []),
                           {"role": "user", "content": prompt["task"]}]
     exchanges: list[Exchange] = []

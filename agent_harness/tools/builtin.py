@@ -63,16 +63,16 @@ def _failure(res: CmdResult, read: Callable[[str], str | None]) -> Failure | Non
     return None if res.ok else find_failure(res.stdout + "\n" + res.stderr, read)
 
 
-def _summary(found: Failure | None, opts: ToolOptions) -> list[str]:
-    """The failure's lines to put before a command's output (when the options ask for them)."""
-    shown = found.summary() if found is not None and opts.extract_failure else None
+def _summary(found: Failure | None) -> list[str]:
+    """The failure's lines to put before a command's output."""
+    shown = found.summary() if found is not None else None
     return [shown, ""] if shown else []
 
 
 def _cmd_observation(res: CmdResult, ws: Workspace, opts: ToolOptions) -> str:
     out, err = two_streams(strip_timings(res.stdout), strip_timings(res.stderr), opts.max_output_chars)
     found = _failure(res, _reader(ws)) if opts.extract_failure else None
-    parts = [*_summary(found, opts), f"exit code: {res.returncode}{_kill_note(res, ws, _timeout(ws, opts))}"]
+    parts = [*_summary(found), f"exit code: {res.returncode}{_kill_note(res, ws, _timeout(ws, opts))}"]
     if out:
         parts += ["stdout:", out.rstrip("\n")]
     if err:
@@ -204,7 +204,7 @@ def run_tests(ws: Workspace, opts: ToolOptions) -> ToolResult:
     both = res.stdout + ("\n" if res.stdout and res.stderr else "") + res.stderr
     output = truncate(strip_timings(both).rstrip("\n"), opts.max_output_chars)
     found = _failure(res, _reader(ws))  # read once: the summary shown and the step's failing check
-    parts = [*_summary(found, opts), f"{status}  $ {shlex.join(cmd)}"]
+    parts = [*_summary(found if opts.extract_failure else None), f"{status}  $ {shlex.join(cmd)}"]
     if output:
         parts.append(output)
     text = "\n".join(parts)

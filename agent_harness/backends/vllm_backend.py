@@ -5,7 +5,8 @@ Why served, not in-process: one client path with `openai` (streaming, deadlines,
 harness's own token ids), and the engine's scheduler batches whatever requests are in flight. The
 step-driven offline path this replaces (`vllm.LLM`, stepped from the harness's main thread) ran as
 fast as the served one on a quiet machine and 2.5-4.5x slower on a loaded one (bench/RESULTS.md);
-vLLM's in-process `AsyncLLM` was not measured.
+vLLM's in-process `AsyncLLM` (branch exp-asyncllm) ran 1.23x faster than this path on a loaded machine; not yet
+measured quiet, not yet adopted (bench/RESULTS.md).
 
 Prompts: the client encodes each conversation with the model's tokenizer and chat template (the
 spec's `chat_template` wins), exactly as the transformers backend does, and sends the ids to

@@ -39,6 +39,8 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "vllm_block_size": ("vLLM KV block size (prefix cache granularity)", "a multiple of 16 (default 32 on CPU)"),
     "vllm_ngram": ("vLLM n-gram speculative decoding: draft tokens per step", "1 to 16 (default off)"),
     "vllm_gpu_util": ("vLLM gpu_memory_utilization (CUDA)", "a fraction in (0, 1]"),
+    "vllm_engine": ("vLLM: the engine in process (vLLM's AsyncLLM) or an owned `vllm serve`",
+                    "async or serve (default async)"),
     "vllm_stream_interval": ("vLLM server: tokens per streamed chunk (fewer events for the API server)",
                              "1 to 64 (default 1)"),
     "openai_backoff_s": ("openai backend: base delay between retries", "seconds >= 0 (default 1)"),
@@ -72,6 +74,7 @@ class Settings(BaseModel):
     vllm_ngram: int | None = Field(None, ge=1, le=16)
     vllm_gpu_util: float | None = Field(None, gt=0.0, le=1.0)
     vllm_stream_interval: int | None = Field(None, ge=1, le=64)
+    vllm_engine: Literal["async", "serve"] = "async"
     openai_backoff_s: float | None = Field(None, ge=0.0)
     engine_log: Path | None = None
     cgroup: bool = True
@@ -91,7 +94,7 @@ class Settings(BaseModel):
             raise ValueError("expected 1 or 0")
         return v
 
-    @field_validator("sandbox", mode="before")
+    @field_validator("sandbox", "vllm_engine", mode="before")
     @classmethod
     def _lower(cls, v: object) -> object:
         return v.strip().lower() if isinstance(v, str) else v

@@ -18,12 +18,14 @@ settings, with embeddings on unless `--args=--no-embed` (they are part of the ha
 - batched:      transformers, `--concurrency` episodes per batch, KV caches reused across steps;
 - batched-int8: the same with int8 dynamic quantization (the `-int8` registry entry);
 - vllm-ticks:   (commits before the async backends only) vLLM, one batch per tick;
-- vllm:         vLLM: each episode's next request goes out as soon as its tool ran (since the async
-                backends, the `vllm` backend is a local `vllm serve` the harness owns);
+- vllm:         vLLM: each episode's next request goes out as soon as its tool ran (the `vllm` backend's
+                default engine of the tree it runs from);
 - vllm-b128:    the same with vLLM's own CPU block size, 128 tokens (the project's CPU default is 32);
 - vllm-ngram:   the same with n-gram speculative decoding, 4 draft tokens (replies copy the file they read);
-- vllm-si16:    the same with the server streaming 16 tokens per chunk instead of each token (less work for
-                its API process, which shares the cores with the engine).
+- vllm-si16:    an owned `vllm serve` streaming 16 tokens per chunk instead of each token (less work for
+                its API process, which shares the cores with the engine);
+- vllm-serve:   the `vllm` backend as an owned `vllm serve` (AGENT_HARNESS_VLLM_ENGINE=serve);
+- vllm-async:   the `vllm` backend as vLLM's AsyncLLM in the harness process (AGENT_HARNESS_VLLM_ENGINE=async).
 
 "computed prompt" is the prompt tokens the engine actually ran (prompt - cached, from the traces'
 `tokens.cached`): with prefix caching / KV reuse most of each turn's prompt is served from cache.
@@ -63,7 +65,10 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "vllm": {"backend": "vllm", "concurrency": None, "env": {}},
     "vllm-b128": {"backend": "vllm", "concurrency": None, "env": {"AGENT_HARNESS_VLLM_BLOCK_SIZE": "128"}},
     "vllm-ngram": {"backend": "vllm", "concurrency": None, "env": {"AGENT_HARNESS_VLLM_NGRAM": "4"}},
-    "vllm-si16": {"backend": "vllm", "concurrency": None, "env": {"AGENT_HARNESS_VLLM_STREAM_INTERVAL": "16"}},
+    "vllm-si16": {"backend": "vllm", "concurrency": None, "env": {"AGENT_HARNESS_VLLM_STREAM_INTERVAL": "16",
+                                                                   "AGENT_HARNESS_VLLM_ENGINE": "serve"}},
+    "vllm-serve": {"backend": "vllm", "concurrency": None, "env": {"AGENT_HARNESS_VLLM_ENGINE": "serve"}},
+    "vllm-async": {"backend": "vllm", "concurrency": None, "env": {"AGENT_HARNESS_VLLM_ENGINE": "async"}},
 }
 
 

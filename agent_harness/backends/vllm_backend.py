@@ -52,8 +52,11 @@ from ..errors import BackendUnavailable, MissingExtraError
 from ..settings import get_settings
 from ..trace_io import open_append
 from ..types import BackendInfo, Completion, Conversation, GenParams, RequestMeta, ToolSpec
+from . import vllm_inproc
+from .engine_process import root_cause
 from .local import encode, first_line, load_tokenizer, require_torch
-from .vllm_serve import ServerError, VllmServer, free_port, openai_entry
+from .vllm_inproc import InProcessEngine
+from .vllm_serve import ServerError, VllmServer, apply_cpu_env, engine_config, free_port, openai_entry, read_log
 
 if TYPE_CHECKING:
     from ..registry import ModelSpec
@@ -76,9 +79,7 @@ class VLLMBackend:
 
     def __init__(self, spec: ModelSpec) -> None:
         torch, transformers = require_torch("vllm")
-        from ..registry import ModelSpec
         from ..weights import folder_dtype, model_source
-        from . import openai_backend
 
         self.spec = spec
         if spec.load_in_4bit:
@@ -91,48 +92,36 @@ class VLLMBackend:
         weights_dtype = folder_dtype(spec.dtype)
         source = model_source(spec, weights_dtype)
         self.tokenizer = load_tokenizer(transformers, spec, source)  # a broken folder fails here, fast
+        self.mode = get_settings().vllm_engine
+        self.server: VllmServer | None = None
+        self.engine: InProcessEngine | None = None
+        self._client: Any = None
         log_path, self._temp_log = self._log_path()
         try:
-            self.server = VllmServer.for_spec(spec, log_path, spec.name, model=source, port=free_port())
-            client_spec = ModelSpec.model_validate(openai_entry(spec, spec.name, self.server.base_url, CONCURRENCY,
-                                                                tokenizer=source))
-            self._client: Any = openai_backend.create(client_spec)
+            if self.mode == "serve":
+                engine, cuda = self._start_server(spec, source, log_path)
+            else:
+                engine, cuda = self._start_engine(spec, source, log_path)
         except BaseException:
             self._remove_temp_log()
             raise
-        self.device = "cuda" if self.server.cuda else "cpu"
-        try:
-            self.server.start()
-            self.server.wait_healthy(START_TIMEOUT_S)
-        except BaseException as e:  # a failure, or a stop request: the server never outlives its start
-            try:
-                self.server.stop(grace_s=0)  # nothing to shut down cleanly: vLLM ignores SIGTERM while loading
-            finally:
-                self._client.close()
-                self._client = None
-            if not isinstance(e, ServerError | OSError):
-                raise
-            log.warning("vllm serve failed to start; its log: %s", log_path)
-            cause = first_line(e) if isinstance(e, OSError) else str(e)
-            raise BackendUnavailable(f"vllm serve failed to start for '{spec.name}' on {self.device}: {cause}"
-                                     ) from None
+        self.device = "cuda" if cuda else "cpu"
         self.load_s = time.perf_counter() - t0
-        engine = self.server.engine
         details: dict[str, Any] = {
-            "engine": "vllm serve", "vllm": vllm_version(), "model_dir": source, "dtype": self.server.dtype,
-            "weights_dtype": weights_dtype, "load_s": round(self.load_s, 2),
-            "enforce_eager": engine["enforce_eager"], "prefix_caching": engine["enable_prefix_caching"],
-            "max_model_len": engine["max_model_len"], "torch": torch.__version__,
-            "block_size": engine.get("block_size"), "ld_preload": os.environ.get("LD_PRELOAD", ""),
-            "speculative": engine.get("speculative_config"),
-            "prompt_encoding": self._client.info.details.get("prompt_encoding"),
+            "engine": "vllm serve" if self.mode == "serve" else "AsyncLLM in process", "vllm": vllm_version(),
+            "model_dir": source, "dtype": engine["dtype"], "weights_dtype": weights_dtype,
+            "load_s": round(self.load_s, 2), "enforce_eager": engine["enforce_eager"],
+            "prefix_caching": engine["enable_prefix_caching"], "max_model_len": engine["max_model_len"],
+            "torch": torch.__version__, "block_size": engine.get("block_size"),
+            "ld_preload": os.environ.get("LD_PRELOAD", ""), "speculative": engine.get("speculative_config"),
+            "prompt_encoding": "token ids (the harness's chat template)",
         }
-        if self.server.cuda:
+        if cuda:
             details["gpu"] = torch.cuda.get_device_name(0)
             if "gpu_memory_utilization" in engine:
                 details["gpu_memory_utilization"] = engine["gpu_memory_utilization"]
         else:
-            env = self.server.server_env()
+            env = {**os.environ, **apply_cpu_env(dict(os.environ))}
             details.update({
                 "kv_cache_gib": env.get("VLLM_CPU_KVCACHE_SPACE"),
                 "enable_chunked_prefill": engine.get("enable_chunked_prefill"),
@@ -141,8 +130,51 @@ class VLLMBackend:
                 "compile_cache": env.get("VLLM_CACHE_ROOT"),
             })
         self.info = BackendInfo(requested="vllm", used="vllm", device=self.device, details=details)
-        log.info("vllm: %s served from %s on %s (%s%s) in %.1f s; its log: %s", spec.name, source, self.device,
-                 self.server.dtype, ", eager" if engine["enforce_eager"] else "", self.load_s, log_path)
+        log.info("vllm: %s (%s) from %s on %s (%s%s) in %.1f s; its log: %s", spec.name, details["engine"], source,
+                 self.device, engine["dtype"], ", eager" if engine["enforce_eager"] else "", self.load_s, log_path)
+
+    def _start_engine(self, spec: ModelSpec, source: str, log_path: Path) -> tuple[dict[str, Any], bool]:
+        """vLLM's AsyncLLM in this process (`vllm_inproc`); BackendUnavailable when it cannot start."""
+        source, engine, env, cuda = engine_config(spec, source)
+        if not cuda:
+            env = {**apply_cpu_env(dict(os.environ)), **env}
+        env.setdefault("VLLM_LOGGING_LEVEL", os.environ.get("VLLM_LOGGING_LEVEL", "INFO"))
+        try:
+            self.engine = InProcessEngine(source, engine, env, log_path)
+        except (KeyboardInterrupt, SystemExit, MissingExtraError):
+            raise
+        except Exception as e:
+            log.warning("the vllm engine failed to start; its log: %s", log_path)
+            cause = root_cause(read_log(log_path)) or first_line(e)
+            raise BackendUnavailable(f"the vllm engine failed to start for '{spec.name}' on "
+                                     f"{'cuda' if cuda else 'cpu'}: {cause}") from None
+        return engine, cuda
+
+    def _start_server(self, spec: ModelSpec, source: str, log_path: Path) -> tuple[dict[str, Any], bool]:
+        """An owned `vllm serve` and an openai client of it; BackendUnavailable when it cannot start."""
+        from ..registry import ModelSpec
+        from . import openai_backend
+
+        server = self.server = VllmServer.for_spec(spec, log_path, spec.name, model=source, port=free_port())
+        client_spec = ModelSpec.model_validate(openai_entry(spec, spec.name, server.base_url, CONCURRENCY,
+                                                            tokenizer=source))
+        self._client = openai_backend.create(client_spec)
+        try:
+            server.start()
+            server.wait_healthy(START_TIMEOUT_S)
+        except BaseException as e:  # a failure, or a stop request: the server never outlives its start
+            try:
+                server.stop(grace_s=0)  # nothing to shut down cleanly: vLLM ignores SIGTERM while loading
+            finally:
+                self._client.close()
+                self._client = None
+            if not isinstance(e, ServerError | OSError):
+                raise
+            log.warning("vllm serve failed to start; its log: %s", log_path)
+            cause = first_line(e) if isinstance(e, OSError) else str(e)
+            raise BackendUnavailable(f"vllm serve failed to start for '{spec.name}' on "
+                                     f"{'cuda' if server.cuda else 'cpu'}: {cause}") from None
+        return server.engine, server.cuda
 
     @staticmethod
     def _log_path() -> tuple[Path, Path | None]:
@@ -165,6 +197,9 @@ class VLLMBackend:
 
     async def complete(self, conversation: Conversation, params: GenParams,
                        meta: RequestMeta | None = None) -> Completion:
+        if self.engine is not None:
+            return await vllm_inproc.complete(self.engine, self.encode, self.spec.context_length, self.spec.name,
+                                              conversation, params, meta)
         client = self._client
         if client is None:
             raise BackendUnavailable(f"vllm backend for '{self.spec.name}' is closed")
@@ -177,23 +212,26 @@ class VLLMBackend:
         return replace(done, endpoint=None)  # our own server on a port of the moment: nothing to record
 
     def stats(self) -> dict[str, float]:
-        """The client's attempts by outcome (retries mean the server refused or dropped requests)."""
+        """The client's attempts by outcome (served: retries mean the server refused or dropped requests)."""
         client = self._client
         return dict(client.stats()) if client is not None else {}
 
     def _check_server(self) -> None:
-        if not self.server.alive:
+        if self.server is not None and not self.server.alive:
             raise BackendUnavailable(f"vllm serve of '{self.spec.name}' is gone: "
                                      f"{self.server.cause() or 'no error in its log'}")
 
     def close(self) -> None:
-        """Stop the server (its whole process group) and the client; idempotent."""
+        """Stop the engine (in process) or the server (its whole process group) and the client; idempotent."""
         client, self._client = self._client, None
         try:
             if client is not None:
                 client.close()
+            if self.engine is not None:
+                self.engine.close()
         finally:
-            self.server.stop()
+            if self.server is not None:
+                self.server.stop()
             self._remove_temp_log()
 
     def _remove_temp_log(self) -> None:

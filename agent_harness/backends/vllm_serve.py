@@ -166,6 +166,29 @@ def cli_flags(args: dict[str, Any]) -> list[str]:
     return flags
 
 
+def engine_config(spec: Any, model: str | None = None) -> tuple[str, dict[str, Any], dict[str, str], bool]:
+    """(model, engine arguments, extra environment, cuda) for `spec` with the harness's engine flags
+    (AGENT_HARNESS_VLLM_* included), served or in process. `model`: the folder or hub id; default the
+    prepared folder (ServerError when it is not prepared). A bad setting is a ConfigError."""
+    import torch
+
+    from ..weights import folder_dtype
+    from .local import compute_dtype
+
+    settings = get_settings()
+    cuda = bool(torch.cuda.is_available())
+    source = model if model is not None else str(served_folder(spec))
+    engine: dict[str, Any] = {
+        "dtype": compute_dtype(torch, folder_dtype(spec.dtype), cuda, settings.vllm_dtype),
+        "max_model_len": spec.context_length, "seed": 0,
+        "enforce_eager": settings.vllm_eager if settings.vllm_eager is not None else not cuda,
+        "generation_config": "vllm", "enable_prefix_caching": True,
+        **({} if cuda else cpu_scheduler_options(spec.context_length)), **engine_options(cuda),
+    }
+    env = {"HF_HUB_OFFLINE": "1"} if Path(source).is_dir() else {}
+    return source, engine, env, cuda
+
+
 # -- the server ---------------------------------------------------------------------------------------
 class VllmServer:
     """`vllm serve MODEL` on 127.0.0.1:port as `served_name`, under a watchdog; `start`, `wait_healthy`, `stop`.
@@ -184,28 +207,12 @@ class VllmServer:
     @classmethod
     def for_spec(cls, spec: Any, log: Path, served_name: str, *, model: str | None = None,
                  port: int | None = None) -> VllmServer:
-        """A server of `spec` with the harness's engine flags (AGENT_HARNESS_VLLM_* included) on `port`
-        (default `stable_port(served_name)` when free). `model`: the folder or hub id to serve; default the
-        prepared folder (ServerError when it is not prepared). A bad setting is a ConfigError."""
-        import torch
-
-        from ..weights import folder_dtype
-        from .local import compute_dtype
-
-        settings = get_settings()
-        cuda = bool(torch.cuda.is_available())
-        options = engine_options(cuda)
-        source = model if model is not None else str(served_folder(spec))
-        engine: dict[str, Any] = {
-            "dtype": compute_dtype(torch, folder_dtype(spec.dtype), cuda, settings.vllm_dtype),
-            "max_model_len": spec.context_length, "seed": 0,
-            "enforce_eager": settings.vllm_eager if settings.vllm_eager is not None else not cuda,
-            "generation_config": "vllm", "enable_prefix_caching": True, "enable_prompt_tokens_details": True,
-            **({} if cuda else cpu_scheduler_options(spec.context_length)), **options,
-        }
+        """A server of `spec` with the harness's engine flags (`engine_config`) on `port` (default
+        `stable_port(served_name)` when free)."""
+        source, engine, env, cuda = engine_config(spec, model)
         if getattr(spec, "tool_parser", None):  # chat requests with `tools` get structured tool calls back
             engine |= {"enable_auto_tool_choice": True, "tool_call_parser": spec.tool_parser}
-        env = {"HF_HUB_OFFLINE": "1"} if Path(source).is_dir() else {}
+        engine["enable_prompt_tokens_details"] = True
         return cls(source, port if port is not None else free_port(stable_port(served_name)), log,
                    served_name=served_name, engine=engine, env=env, cuda=cuda)
 
@@ -288,20 +295,7 @@ class VllmServer:
 
     def log_text(self, limit: int = LOG_READ) -> str:
         """The end of what this start wrote to the log (at most `limit` bytes); "" when unreadable."""
-        try:
-            fd = os.open(self.log, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError:
-            return ""
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                return ""
-            os.lseek(fd, max(self._log_start, st.st_size - limit), os.SEEK_SET)
-            return os.read(fd, limit).decode("utf-8", "replace")
-        except OSError:
-            return ""
-        finally:
-            os.close(fd)
+        return read_log(self.log, self._log_start, limit)
 
     def tail(self) -> str:
         return self.log_text(4000)
@@ -309,6 +303,25 @@ class VllmServer:
     def cause(self) -> str | None:
         """The last exception line in this start's log: why the server failed, when it says."""
         return root_cause(self.log_text())
+
+
+def read_log(path: Path, start: int = 0, limit: int = LOG_READ) -> str:
+    """The end of what was written to the log `path` from byte `start` (at most `limit` bytes); "" when
+    it is unreadable or not a regular file (a FIFO or link planted there)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return ""
+        os.lseek(fd, max(start, st.st_size - limit), os.SEEK_SET)
+        return os.read(fd, limit).decode("utf-8", "replace")
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
 
 
 def served_folder(spec: Any) -> Path:

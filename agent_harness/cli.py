@@ -194,7 +194,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     for s in scenarios:
         get_scenario(s)
     strategy = _strategy(args)
-    # The engine's own output (vllm serve) goes to a file in the output folder, never to the terminal.
+    # The vLLM engine's own output goes to a file in the output folder, never to the terminal.
     os.environ.setdefault("AGENT_HARNESS_ENGINE_LOG", str(args.out / "engine.log"))
     cfg = RunConfig(
         models=specs, scenarios=scenarios, labels=args.label.split(",") if args.label else None, n=args.n,

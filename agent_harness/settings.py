@@ -8,8 +8,10 @@ variables changes, so code reads settings freely and tests can still set variabl
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -39,9 +41,7 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "vllm_block_size": ("vLLM KV block size (prefix cache granularity)", "a multiple of 16 (default 32 on CPU)"),
     "vllm_ngram": ("vLLM n-gram speculative decoding: draft tokens per step", "1 to 16 (default off)"),
     "vllm_gpu_util": ("vLLM gpu_memory_utilization (CUDA)", "a fraction in (0, 1]"),
-    "vllm_engine": ("vLLM: the engine in process (vLLM's AsyncLLM) or an owned `vllm serve`",
-                    "async or serve (default async)"),
-    "vllm_stream_interval": ("vLLM server: tokens per streamed chunk (fewer events for the API server)",
+    "vllm_stream_interval": ("a `vllm serve` the harness starts (--serve): tokens per streamed chunk",
                              "1 to 64 (default 1)"),
     "openai_backoff_s": ("openai backend: base delay between retries", "seconds >= 0 (default 1)"),
     "engine_log": ("vLLM's own log lines go to this file (the CLI sets <out>/engine.log)", "a file path"),
@@ -74,7 +74,6 @@ class Settings(BaseModel):
     vllm_ngram: int | None = Field(None, ge=1, le=16)
     vllm_gpu_util: float | None = Field(None, gt=0.0, le=1.0)
     vllm_stream_interval: int | None = Field(None, ge=1, le=64)
-    vllm_engine: Literal["async", "serve"] = "async"
     openai_backoff_s: float | None = Field(None, ge=0.0)
     engine_log: Path | None = None
     cgroup: bool = True
@@ -94,7 +93,7 @@ class Settings(BaseModel):
             raise ValueError("expected 1 or 0")
         return v
 
-    @field_validator("sandbox", "vllm_engine", mode="before")
+    @field_validator("sandbox", mode="before")
     @classmethod
     def _lower(cls, v: object) -> object:
         return v.strip().lower() if isinstance(v, str) else v
@@ -141,3 +140,19 @@ def get_settings() -> Settings:
     if _cache is None or _cache[0] != key:
         _cache = (key, parse(dict(os.environ)))
     return _cache[1]
+
+
+@contextlib.contextmanager
+def scoped_environ(values: Mapping[str, str]) -> Iterator[None]:
+    """`values` set in os.environ while the block runs (for code that reads them, or a child it starts
+    then), each variable restored afterwards."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

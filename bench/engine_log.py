@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""How busy the engine was: vLLM's periodic stats lines of a `vllm serve` log, summed up.
+"""How busy the engine was: vLLM's periodic stats lines of an engine log (the `vllm` backend's
+`<out>/engine.log`, or a `vllm serve` log), summed up.
 
     .venv/bin/python bench/engine_log.py traces/engine.log [more logs...]
 

@@ -10,10 +10,10 @@ join + sha256, GGUF → bf16 folder, then the transformers load. "Cached" is the
 prepared folder. Aggregate tok/s = completion tokens of the whole batch / its wall time.
 vLLM: one throughput run per mode (compiled graphs with the project's compile cache, or
 enforce_eager), and load times with an empty compile cache (cold), the same cache again (warm)
-and eager. vLLM is the `vllm` backend: a local `vllm serve` the backend starts, reached over HTTP, so
-its numbers include the client's encoding and streaming. A batch is sent as that many concurrent
+and eager. vLLM is the `vllm` backend: vLLM's AsyncLLM in the process, its engine core a child, so
+its numbers include the harness's prompt encoding. A batch is sent as that many concurrent
 requests (`complete_all`); each backend batches them itself. Memory is the peak summed over the
-process and its children (the vLLM server and its engine core), sampled every 0.5 s (PSS where the
+process and its children (the vLLM engine core and its worker), sampled every 0.5 s (PSS where the
 kernel gives it, else RSS).
 Appends a section to bench/RESULTS.md.
 """
@@ -207,7 +207,7 @@ def worker_throughput(model: str, backend_name: str, batches: list[int], max_tok
 
 
 def worker_vllm_load(model: str) -> dict[str, Any]:
-    """Load the vLLM backend (its server healthy), generate 8 tokens (the first request), close: load-time only."""
+    """Load the vLLM backend (its engine ready), generate 8 tokens (the first request), close: load-time only."""
     from agent_harness.backends import load_backend
     from agent_harness.backends.loop import complete_all
     from agent_harness.registry import load_registry

@@ -22,10 +22,11 @@ settings, with embeddings on unless `--args=--no-embed` (they are part of the ha
                 default engine of the tree it runs from);
 - vllm-b128:    the same with vLLM's own CPU block size, 128 tokens (the project's CPU default is 32);
 - vllm-ngram:   the same with n-gram speculative decoding, 4 draft tokens (replies copy the file they read);
-- vllm-si16:    an owned `vllm serve` streaming 16 tokens per chunk instead of each token (less work for
-                its API process, which shares the cores with the engine);
-- vllm-serve:   the `vllm` backend as an owned `vllm serve` (AGENT_HARNESS_VLLM_ENGINE=serve);
-- vllm-async:   the `vllm` backend as vLLM's AsyncLLM in the harness process (AGENT_HARNESS_VLLM_ENGINE=async).
+- vllm-serve:   a local `vllm serve` of the model with the `vllm` backend's engine flags, reached through an
+                `openai` entry (the `vllm` backend's engine until issue 27 moved it in process); its
+                start is outside the row's wall and load time, and its log is `<row>/server.log`;
+- vllm-si16:    the same server streaming 16 tokens per chunk instead of each token (less work for its API
+                process, which shares the cores with the engine).
 
 "computed prompt" is the prompt tokens the engine actually ran (prompt - cached, from the traces'
 `tokens.cached`): with prefix caching / KV reuse most of each turn's prompt is served from cache.
@@ -48,6 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,10 +67,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "vllm": {"backend": "vllm", "concurrency": None, "env": {}},
     "vllm-b128": {"backend": "vllm", "concurrency": None, "env": {"AGENT_HARNESS_VLLM_BLOCK_SIZE": "128"}},
     "vllm-ngram": {"backend": "vllm", "concurrency": None, "env": {"AGENT_HARNESS_VLLM_NGRAM": "4"}},
-    "vllm-si16": {"backend": "vllm", "concurrency": None, "env": {"AGENT_HARNESS_VLLM_STREAM_INTERVAL": "16",
-                                                                   "AGENT_HARNESS_VLLM_ENGINE": "serve"}},
-    "vllm-serve": {"backend": "vllm", "concurrency": None, "env": {"AGENT_HARNESS_VLLM_ENGINE": "serve"}},
-    "vllm-async": {"backend": "vllm", "concurrency": None, "env": {"AGENT_HARNESS_VLLM_ENGINE": "async"}},
+    "vllm-serve": {"backend": "openai", "concurrency": None, "env": {}, "serve": True},
+    "vllm-si16": {"backend": "openai", "concurrency": None, "env": {"AGENT_HARNESS_VLLM_STREAM_INTERVAL": "16"},
+                  "serve": True},
 }
 
 
@@ -88,6 +89,28 @@ def _git(tree: Path = ROOT) -> str:
         return "?"
 
 
+@contextlib.contextmanager
+def served(model: str, out: Path, env: dict[str, str]) -> Iterator[Path]:
+    """A local `vllm serve` of `model` (the `vllm` backend's engine flags, `env` applied) while the block
+    runs; yields a registry whose entry of the same name is an openai client of it."""
+    from agent_harness.backends.vllm_serve import VllmServer, openai_entry
+    from agent_harness.registry import load_registry
+    from agent_harness.settings import scoped_environ
+
+    spec = load_registry().resolve(model)[0]
+    out.mkdir(parents=True, exist_ok=True)
+    with scoped_environ(env):
+        srv = VllmServer.for_spec(spec, out / "server.log", spec.name)
+    registry = out / "served.json"
+    registry.write_text(json.dumps({"models": [openai_entry(spec, spec.name, srv.base_url, 256)]}))
+    try:
+        srv.start()
+        print(f"[{model}] vllm serve healthy after {srv.wait_healthy():.0f} s", flush=True)
+        yield registry
+    finally:
+        srv.stop()
+
+
 def run_config(name: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     tree = ROOT
     if name.startswith("old:"):
@@ -104,8 +127,11 @@ def run_config(name: str, args: argparse.Namespace, out: Path) -> dict[str, Any]
     cmd += ["--tasks", args.tasks] if args.tasks else ["--n", str(args.n)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", **cfg["env"]}
     env.setdefault("AGENT_HARNESS_CACHE", str(ROOT / ".cache"))
-    print(f"[{name}] {' '.join(cmd[1:])}", flush=True)
-    proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
+    with served(model, out, cfg["env"]) if cfg.get("serve") else contextlib.nullcontext() as registry:
+        if registry is not None:
+            cmd += ["--registry", str(registry)]
+        print(f"[{name}] {' '.join(cmd[1:])}", flush=True)
+        proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"[{name}] failed ({proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}")
     stats = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines() if line.strip()][-1]

@@ -1,9 +1,10 @@
-"""The vLLM backend on the real embedded 0.5B model: a `vllm serve` the backend owns, one per module.
+"""The vLLM backend on the real embedded 0.5B model: vLLM's AsyncLLM in the harness process, its engine
+core a child the backend owns; one backend for the module.
 
-Skipped with the reason when vllm is not installed or its server cannot start here. The engine runs
+Skipped with the reason when vllm is not installed or its engine cannot start here. The engine runs
 eager and in fp32 (like the hf_backend fixture: only fp32 is shape-invariant enough for comparisons
 between compute paths to hold on every CPU), with a 1024-token context so that a prompt filling it is
-cheap. The lifecycle tests at the end start servers of their own and end them the two hard ways: a
+cheap. The lifecycle tests at the end start engines of their own and end them the two hard ways: a
 stop request (SIGTERM to the CLI) and SIGKILL to the harness, both while the engine loads.
 """
 
@@ -112,7 +113,8 @@ def test_info(vllm_backend: VLLMBackend) -> None:
     info = vllm_backend.info
     assert (info.requested, info.used, info.fallback_reason) == ("vllm", "vllm", None)
     d = info.details
-    assert d["engine"] == "vllm serve" and d["vllm"] and d["load_s"] > 0
+    assert d["engine"] == "AsyncLLM in process"
+    assert d["vllm"] and d["load_s"] > 0
     assert d["model_dir"].endswith("-bfloat16") and d["enforce_eager"] is True and d["prefix_caching"] is True
     assert (d["dtype"], d["weights_dtype"], d["max_model_len"]) == ("float32", "bfloat16", CONTEXT)
     assert d["prompt_encoding"].startswith("token ids")
@@ -126,7 +128,6 @@ def test_batch_of_three_counts_and_determinism(vllm_backend: VLLMBackend) -> Non
     first = batch_of_three(vllm_backend)
     # the EOS token counts, as in the transformers backend
     assert first[2].completion_tokens == len(vllm_backend.tokenizer(first[2].text)["input_ids"]) + 1
-    assert all(c.endpoint is None for c in first)  # the server's port of the moment is not recorded
 
 
 @pytest.mark.vllm
@@ -210,15 +211,19 @@ def test_observation_text_never_becomes_control_tokens(vllm_backend: VLLMBackend
 
 
 @pytest.mark.vllm
-def test_close_stops_the_server(vllm_backend: VLLMBackend) -> None:
-    """Runs last of the fixture's tests: after close no process of the server is left and complete refuses."""
-    proc = vllm_backend.server.proc
-    assert proc is not None and group_alive(proc.pid)  # the server, its watchdog and engine core: one group
-    log = vllm_backend.server.log
+def test_close_stops_the_engine(vllm_backend: VLLMBackend) -> None:
+    """Runs last of the fixture's tests: after close no process of the engine is left and complete refuses."""
+    engine = vllm_backend.engine
+    assert engine is not None
+    [core] = [p for p in engine._core if "EngineCore" in p.name()]
+    pgid = os.getpgid(core.pid)
+    assert pgid == core.pid != os.getpgid(0)  # a group of its own: a Ctrl-C reaches the harness only
+    assert group_alive(pgid)
+    log = vllm_backend.log_path
     assert "EngineCore" in log.read_text(errors="replace")  # the engine's lines went to the (temporary) log
     vllm_backend.close()
-    assert wait_gone(proc.pid)
-    assert not log.exists()  # a temporary log is removed with the server
+    assert wait_gone(pgid)
+    assert not log.exists()  # a temporary log is removed with the engine
     with pytest.raises(BackendUnavailable, match="closed"):
         complete_all(vllm_backend, [COUNT], GenParams(max_tokens=4))
     vllm_backend.close()  # idempotent
@@ -285,7 +290,7 @@ def test_a_stop_request_while_the_engine_loads_leaves_no_process(tmp_path: Path)
 
 @pytest.mark.vllm
 @pytest.mark.slow
-def test_a_harness_killed_while_the_engine_loads_takes_its_server_along(tmp_path: Path) -> None:
+def test_a_harness_killed_while_the_engine_loads_takes_its_engine_along(tmp_path: Path) -> None:
     needs_vllm()
     harness = textwrap.dedent("""
         import time

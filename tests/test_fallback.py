@@ -90,15 +90,15 @@ def test_vllm_engine_start_failure_falls_back_and_leaves_no_process() -> None:
     why = _vllm_cpu_ready()
     if why:
         pytest.skip(why)
-    # 100000 GiB of KV cache: vLLM's worker refuses it while the engine starts, and the server exits.
+    # 100000 GiB of KV cache: vLLM's worker refuses it while the engine starts, and the engine core exits.
     env = {"VLLM_CPU_KVCACHE_SPACE": "100000", "AGENT_HARNESS_VLLM_EAGER": "1"}
     res = run_probe("", env, timeout=600)
     assert (res["requested"], res["used"]) == ("vllm", "transformers")
     reason = str(res["reason"])
     assert "\n" not in reason
-    assert reason.startswith("vllm: BackendUnavailable: vllm serve failed to start for 'qwen2.5-coder-0.5b' on cpu: "
-                             "exited while starting: ")
-    assert "VLLM_CPU_KVCACHE_SPACE" in reason  # the engine core's own error, read from the server's log
+    assert reason.startswith("vllm: BackendUnavailable: the vllm engine failed to start for 'qwen2.5-coder-0.5b' "
+                             "on cpu: ")
+    assert "VLLM_CPU_KVCACHE_SPACE" in reason  # the engine core's own error, read from the engine's log
     assert res["left"] == []  # no server process outlives the failed start
     assert str(res["text"]).strip()
 

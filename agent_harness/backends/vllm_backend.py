@@ -1,37 +1,37 @@
-"""vLLM backend: a local `vllm serve` of the model that the backend starts, owns and stops, reached
-through the `openai` backend's client.
+"""vLLM backend: vLLM's `AsyncLLM` in the harness process (`vllm_engine`), its engine core a child process
+that the backend starts, owns and stops; the engine's scheduler batches whatever requests are in flight.
 
-Why served, not in-process: one client path with `openai` (streaming, deadlines, reply checks, the
-harness's own token ids), and the engine's scheduler batches whatever requests are in flight. The
-step-driven offline path this replaces (`vllm.LLM`, stepped from the harness's main thread) ran as
-fast as the served one on a quiet machine and 2.5-4.5x slower on a loaded one (bench/RESULTS.md);
-vLLM's in-process `AsyncLLM` (branch exp-asyncllm) ran 1.23x faster than this path on a loaded machine; not yet
-measured quiet, not yet adopted (bench/RESULTS.md).
+Why in process, not served: issue 27 measured both side by side (bench/RESULTS.md). On a quiet machine
+they are even (945 s against 943 s for the 0.5B's reflect-react over 24 tasks, the same replies in fp32);
+with a second engine loading the cores the in-process engine ran that sweep 1.23x faster than an owned
+`vllm serve` (no API server process and no per-token streaming competing for two cores), and it has no
+server, port, health poll or HTTP client to manage. The served path stays for `bench/strategies.py
+--serve` and for fleets (`vllm_serve.py`, reached through the `openai` backend).
 
-Prompts: the client encodes each conversation with the model's tokenizer and chat template (the
-spec's `chat_template` wins), exactly as the transformers backend does, and sends the ids to
-`/completions` (`openai.tokenizer`): text in messages never becomes special tokens, and both
-backends count prompt tokens alike. Completion semantics are the client's: stop strings cut the
-reply, a prompt that fills the context gives ``Completion("", n, 0, "length", 0.0)`` without a request,
-token counts and the prefix cache's `cached_tokens` come from the server's usage.
+Prompts: encoded here with the model's tokenizer and chat template (the spec's `chat_template` wins),
+exactly as the transformers backend and the served path do, and given to the engine as token ids: text
+in messages never becomes special tokens, and every backend counts prompt tokens alike. A prompt that
+fills the context gives ``Completion("", n, 0, "length", 0.0)`` without a request; stop strings are the
+engine's and are cut again here (`stops`); replies are taken whole (`RequestOutputKind.FINAL_ONLY`);
+`cached_tokens` is the prefix cache's count.
 
-Engine flags and environment: `vllm_serve.VllmServer.for_spec` (prefix caching, KV blocks of 32 on CPU,
-no chunked prefill on CPU, the CPU variables, seed 0, `--generation-config vllm`). ``enforce_eager``
-is the default on CPU: on the 2-core AVX2 EPYC the load took 43-66 s against 113 s with a warm compile
-cache and 197 s cold, for only 3-9 % lower decode throughput; ``AGENT_HARNESS_VLLM_EAGER=0`` compiles,
-``=1`` forces eager on CUDA too. ``AGENT_HARNESS_VLLM_DTYPE`` forces the compute dtype; otherwise the
-spec's dtype, unless the CPU has no native kernels for it (bf16 without AVX-512 BF16/AMX is emulated:
-on an AVX2 EPYC vLLM ran 3 tok/s at batch 16 in bf16, 28 in fp32), then fp32.
+Engine flags and environment: `vllm_serve.engine_config` (prefix caching, KV blocks of 32 on CPU, no
+chunked prefill on CPU, the CPU variables, seed 0, generation config "vllm"). ``enforce_eager`` is the
+default on CPU: on the 2-core AVX2 EPYC the load took 43-66 s against 113 s with a warm compile cache and
+197 s cold, for only 3-9 % lower decode throughput; ``AGENT_HARNESS_VLLM_EAGER=0`` compiles, ``=1``
+forces eager on CUDA too. ``AGENT_HARNESS_VLLM_DTYPE`` forces the compute dtype; otherwise the spec's
+dtype, unless the CPU has no native kernels for it (bf16 without AVX-512 BF16/AMX is emulated: on an
+AVX2 EPYC vLLM ran 3 tok/s at batch 16 in bf16, 28 in fp32), then fp32.
 ``AGENT_HARNESS_VLLM_BLOCK_SIZE`` sets the KV block size (the prefix cache's granularity),
 ``AGENT_HARNESS_VLLM_NGRAM=k`` n-gram speculative decoding with k draft tokens,
 ``AGENT_HARNESS_VLLM_GPU_UTIL`` the GPU memory fraction (CUDA; that path is the same code, untested here).
 
-The server's output goes to ``AGENT_HARNESS_ENGINE_LOG`` (the CLI sets ``<out>/engine.log``), else to a
-temporary file that `close` removes. The server is stopped by its own pid on every
-path: `close`, a start that fails or is interrupted (a stop request raises in the main thread while it
-waits), and a harness that dies hard (the watchdog's PR_SET_PDEATHSIG, `engine_process`). A server
-that cannot start (vLLM missing, a port taken, a crash, no health in time) raises BackendUnavailable
-naming the cause from its log, so `load_backend` falls back to transformers and the trace says why.
+The engine's output goes to ``AGENT_HARNESS_ENGINE_LOG`` (the CLI sets ``<out>/engine.log``), else to a
+temporary file that `close` removes. The engine core is stopped on every path: `close`, a start that
+fails or is interrupted (a stop request raises in the main thread while it waits), and a harness that
+dies hard (PR_SET_PDEATHSIG, `vllm_engine`). An engine that cannot start (vLLM missing, out of memory,
+a bad flag) raises BackendUnavailable naming the cause from its log, so `load_backend` falls back to
+transformers and the trace says why; an engine core that dies later is BackendUnavailable too.
 """
 
 from __future__ import annotations
@@ -44,27 +44,23 @@ import os
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import BackendUnavailable, MissingExtraError
+from ..errors import BackendUnavailable, ConfigError, MissingExtraError
 from ..settings import get_settings
 from ..trace_io import open_append
-from ..types import BackendInfo, Completion, Conversation, GenParams, RequestMeta, ToolSpec
-from . import vllm_inproc
+from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams, RequestMeta, ToolSpec
 from .engine_process import root_cause
-from .local import encode, first_line, load_tokenizer, require_torch
-from .vllm_inproc import InProcessEngine
-from .vllm_serve import ServerError, VllmServer, apply_cpu_env, engine_config, free_port, openai_entry, read_log
+from .local import context_full, encode, first_line, load_tokenizer, new_token_budget, require_torch
+from .stops import cut_at_stop, stop_strings
+from .vllm_engine import InProcessEngine
+from .vllm_serve import apply_cpu_env, engine_config, read_log
 
 if TYPE_CHECKING:
     from ..registry import ModelSpec
 
 log = logging.getLogger(__name__)
-
-START_TIMEOUT_S = 900.0  # an engine load on a busy 2-core machine
-CONCURRENCY = 256  # requests in flight to the server; the runner's --concurrency is the real bound
 
 
 def vllm_version() -> str | None:
@@ -75,7 +71,7 @@ def vllm_version() -> str | None:
 
 
 class VLLMBackend:
-    """A `vllm serve` of `spec`'s weights, owned by this object, and an openai client of it."""
+    """vLLM's AsyncLLM of `spec`'s weights, owned by this object."""
 
     def __init__(self, spec: ModelSpec) -> None:
         torch, transformers = require_torch("vllm")
@@ -92,25 +88,28 @@ class VLLMBackend:
         weights_dtype = folder_dtype(spec.dtype)
         source = model_source(spec, weights_dtype)
         self.tokenizer = load_tokenizer(transformers, spec, source)  # a broken folder fails here, fast
-        self.mode = get_settings().vllm_engine
-        self.server: VllmServer | None = None
-        self.engine: InProcessEngine | None = None
-        self._client: Any = None
-        log_path, self._temp_log = self._log_path()
+        self.log_path, self._temp_log = self._log_path()
+        source, engine, env, cuda = engine_config(spec, source)
+        if not cuda:
+            env = {**apply_cpu_env(dict(os.environ)), **env}
+        env.setdefault("VLLM_LOGGING_LEVEL", os.environ.get("VLLM_LOGGING_LEVEL", "INFO"))
+        start = self.log_path.stat().st_size
+        self.device = "cuda" if cuda else "cpu"
         try:
-            if self.mode == "serve":
-                engine, cuda = self._start_server(spec, source, log_path)
-            else:
-                engine, cuda = self._start_engine(spec, source, log_path)
+            self.engine: InProcessEngine | None = InProcessEngine(source, engine, env, self.log_path)
+        except Exception as e:  # a stop request (StopRequested) is not one: it goes through
+            log.warning("the vllm engine failed to start; its log: %s", self.log_path)
+            cause = root_cause(read_log(self.log_path, start)) or first_line(e)
+            self._remove_temp_log()
+            raise BackendUnavailable(f"the vllm engine failed to start for '{spec.name}' on {self.device}: "
+                                     f"{cause}") from None
         except BaseException:
             self._remove_temp_log()
             raise
-        self.device = "cuda" if cuda else "cpu"
         self.load_s = time.perf_counter() - t0
         details: dict[str, Any] = {
-            "engine": "vllm serve" if self.mode == "serve" else "AsyncLLM in process", "vllm": vllm_version(),
-            "model_dir": source, "dtype": engine["dtype"], "weights_dtype": weights_dtype,
-            "load_s": round(self.load_s, 2), "enforce_eager": engine["enforce_eager"],
+            "engine": "AsyncLLM in process", "vllm": vllm_version(), "model_dir": source, "dtype": engine["dtype"],
+            "weights_dtype": weights_dtype, "load_s": round(self.load_s, 2), "enforce_eager": engine["enforce_eager"],
             "prefix_caching": engine["enable_prefix_caching"], "max_model_len": engine["max_model_len"],
             "torch": torch.__version__, "block_size": engine.get("block_size"),
             "ld_preload": os.environ.get("LD_PRELOAD", ""), "speculative": engine.get("speculative_config"),
@@ -121,60 +120,16 @@ class VLLMBackend:
             if "gpu_memory_utilization" in engine:
                 details["gpu_memory_utilization"] = engine["gpu_memory_utilization"]
         else:
-            env = {**os.environ, **apply_cpu_env(dict(os.environ))}
             details.update({
-                "kv_cache_gib": env.get("VLLM_CPU_KVCACHE_SPACE"),
+                "kv_cache_gib": env.get("VLLM_CPU_KVCACHE_SPACE", os.environ.get("VLLM_CPU_KVCACHE_SPACE")),
                 "enable_chunked_prefill": engine.get("enable_chunked_prefill"),
                 "max_num_batched_tokens": engine.get("max_num_batched_tokens"),
-                "threads_bind": env.get("VLLM_CPU_OMP_THREADS_BIND"),
-                "compile_cache": env.get("VLLM_CACHE_ROOT"),
+                "threads_bind": env.get("VLLM_CPU_OMP_THREADS_BIND", os.environ.get("VLLM_CPU_OMP_THREADS_BIND")),
+                "compile_cache": env.get("VLLM_CACHE_ROOT", os.environ.get("VLLM_CACHE_ROOT")),
             })
         self.info = BackendInfo(requested="vllm", used="vllm", device=self.device, details=details)
-        log.info("vllm: %s (%s) from %s on %s (%s%s) in %.1f s; its log: %s", spec.name, details["engine"], source,
-                 self.device, engine["dtype"], ", eager" if engine["enforce_eager"] else "", self.load_s, log_path)
-
-    def _start_engine(self, spec: ModelSpec, source: str, log_path: Path) -> tuple[dict[str, Any], bool]:
-        """vLLM's AsyncLLM in this process (`vllm_inproc`); BackendUnavailable when it cannot start."""
-        source, engine, env, cuda = engine_config(spec, source)
-        if not cuda:
-            env = {**apply_cpu_env(dict(os.environ)), **env}
-        env.setdefault("VLLM_LOGGING_LEVEL", os.environ.get("VLLM_LOGGING_LEVEL", "INFO"))
-        try:
-            self.engine = InProcessEngine(source, engine, env, log_path)
-        except (KeyboardInterrupt, SystemExit, MissingExtraError):
-            raise
-        except Exception as e:
-            log.warning("the vllm engine failed to start; its log: %s", log_path)
-            cause = root_cause(read_log(log_path)) or first_line(e)
-            raise BackendUnavailable(f"the vllm engine failed to start for '{spec.name}' on "
-                                     f"{'cuda' if cuda else 'cpu'}: {cause}") from None
-        return engine, cuda
-
-    def _start_server(self, spec: ModelSpec, source: str, log_path: Path) -> tuple[dict[str, Any], bool]:
-        """An owned `vllm serve` and an openai client of it; BackendUnavailable when it cannot start."""
-        from ..registry import ModelSpec
-        from . import openai_backend
-
-        server = self.server = VllmServer.for_spec(spec, log_path, spec.name, model=source, port=free_port())
-        client_spec = ModelSpec.model_validate(openai_entry(spec, spec.name, server.base_url, CONCURRENCY,
-                                                            tokenizer=source))
-        self._client = openai_backend.create(client_spec)
-        try:
-            server.start()
-            server.wait_healthy(START_TIMEOUT_S)
-        except BaseException as e:  # a failure, or a stop request: the server never outlives its start
-            try:
-                server.stop(grace_s=0)  # nothing to shut down cleanly: vLLM ignores SIGTERM while loading
-            finally:
-                self._client.close()
-                self._client = None
-            if not isinstance(e, ServerError | OSError):
-                raise
-            log.warning("vllm serve failed to start; its log: %s", log_path)
-            cause = first_line(e) if isinstance(e, OSError) else str(e)
-            raise BackendUnavailable(f"vllm serve failed to start for '{spec.name}' on "
-                                     f"{'cuda' if server.cuda else 'cpu'}: {cause}") from None
-        return server.engine, server.cuda
+        log.info("vllm: %s from %s on %s (%s%s) in %.1f s; its log: %s", spec.name, source, self.device,
+                 engine["dtype"], ", eager" if engine["enforce_eager"] else "", self.load_s, self.log_path)
 
     @staticmethod
     def _log_path() -> tuple[Path, Path | None]:
@@ -186,52 +141,73 @@ class VLLMBackend:
                 os.close(open_append(configured))
                 return configured, None
             except OSError as e:  # a FIFO or link planted there: the engine still gets a log
-                log.warning("engine log %s: %s; vllm serve logs to a temporary file", configured, e.strerror or e)
+                log.warning("engine log %s: %s; the vllm engine logs to a temporary file", configured,
+                            e.strerror or e)
         fd, name = tempfile.mkstemp(prefix="agent-harness-vllm-", suffix=".log")
         os.close(fd)
         return Path(name), Path(name)
 
     def encode(self, conv: Conversation, chat_template: str | None = None, tools: Sequence[ToolSpec] = ()) -> list[int]:
-        """The prompt's token ids, as the client sends them."""
+        """The prompt's token ids, as the engine gets them."""
         return encode(self.tokenizer, conv, chat_template, tools)
 
     async def complete(self, conversation: Conversation, params: GenParams,
                        meta: RequestMeta | None = None) -> Completion:
-        if self.engine is not None:
-            return await vllm_inproc.complete(self.engine, self.encode, self.spec.context_length, self.spec.name,
-                                              conversation, params, meta)
-        client = self._client
-        if client is None:
-            raise BackendUnavailable(f"vllm backend for '{self.spec.name}' is closed")
-        self._check_server()
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        engine, name = self.engine, self.spec.name
+        if engine is None:
+            raise BackendUnavailable(f"vllm backend for '{name}' is closed")
+        if params.max_tokens < 1:
+            raise ConfigError(f"max_tokens must be >= 1, got {params.max_tokens}")
+        if not engine.alive:
+            raise BackendUnavailable(f"the vllm engine of '{name}' is gone: {engine.cause() or 'no error in its log'}")
+        t0 = time.perf_counter()
         try:
-            done: Completion = await client.complete(conversation, params, meta)
-        except BackendUnavailable:
-            self._check_server()  # a dead server: say why, not only that the port refused
-            raise
-        return replace(done, endpoint=None)  # our own server on a port of the moment: nothing to record
+            ids = self.encode(conversation, params.chat_template, params.tools)
+        except Exception as e:  # the template refused this conversation, or cannot keep its text as text
+            return self._failed(f"cannot encode the prompt: {first_line(e)}", None, t0)
+        max_new = new_token_budget(len(ids), params.max_tokens, self.spec.context_length)
+        if not max_new:
+            return context_full(len(ids))
+        stops = stop_strings(params)
+        sampling = SamplingParams(max_tokens=max_new, temperature=params.temperature, top_p=params.top_p,
+                                  seed=params.seed, stop=list(stops), output_kind=RequestOutputKind.FINAL_ONLY)
+        try:
+            out = await engine.generate(ids, sampling)
+        except EngineDeadError:
+            raise BackendUnavailable(f"the vllm engine of '{name}' died: "
+                                     f"{engine.cause() or 'no error in its log'}") from None
+        except (ValueError, TypeError) as e:  # the engine refused the request (vLLM's validation errors)
+            return self._failed(f"the vllm engine refused the request: {first_line(e)}", len(ids), t0)
+        choice = out.outputs[0] if out is not None and out.outputs else None
+        if choice is None or choice.finish_reason not in ("stop", "length"):
+            why = "no output" if choice is None else f"finish reason {choice.finish_reason!r}"
+            return self._failed(f"the vllm engine gave no reply ({why})", len(ids), t0)
+        text = choice.text
+        finish: FinishReason = "length" if choice.finish_reason == "length" else "stop"
+        cut = cut_at_stop(text, stops)
+        if cut is not None:
+            text, finish = cut, "stop"
+        return Completion(text=text, prompt_tokens=len(ids), completion_tokens=len(choice.token_ids),
+                          finish_reason=finish, latency_s=time.perf_counter() - t0,
+                          cached_tokens=out.num_cached_tokens or 0)
 
-    def stats(self) -> dict[str, float]:
-        """The client's attempts by outcome (served: retries mean the server refused or dropped requests)."""
-        client = self._client
-        return dict(client.stats()) if client is not None else {}
-
-    def _check_server(self) -> None:
-        if self.server is not None and not self.server.alive:
-            raise BackendUnavailable(f"vllm serve of '{self.spec.name}' is gone: "
-                                     f"{self.server.cause() or 'no error in its log'}")
+    @staticmethod
+    def _failed(msg: str, prompt_tokens: int | None, t0: float) -> Completion:
+        """No usable reply for this request: its episode ends with `msg`, the run goes on."""
+        log.warning("%s", msg)
+        return Completion("", prompt_tokens, None, "error", time.perf_counter() - t0, cached_tokens=None, error=msg)
 
     def close(self) -> None:
-        """Stop the engine (in process) or the server (its whole process group) and the client; idempotent."""
-        client, self._client = self._client, None
+        """Stop the engine and its core; idempotent."""
+        engine, self.engine = self.engine, None
         try:
-            if client is not None:
-                client.close()
-            if self.engine is not None:
-                self.engine.close()
+            if engine is not None:
+                engine.close()
         finally:
-            if self.server is not None:
-                self.server.stop()
             self._remove_temp_log()
 
     def _remove_temp_log(self) -> None:

@@ -1,11 +1,13 @@
 """A local `vllm serve` (vLLM's OpenAI server): its engine flags and environment, start, health, stop.
 
-The `vllm` backend owns one (vllm_backend.py); tests and benchmarks start their own. The server runs
+Benchmarks (`bench/strategies.py --serve`, `bench/throughput.py`'s vllm-serve) and tests start one and
+reach it through an `openai` entry (`openai_entry`); `engine_config` is also the flags of the `vllm`
+backend's in-process engine, so both run the same engine. The server runs
 under a watchdog that leads its own process group (`engine_process.watched`): `stop` ends the server
 and its engine core through that one pid, and a harness that dies takes the server with it. Its
 output goes to `log` (appended); a start that fails says why in one line, read from that log.
 
-Engine flags (`VllmServer.for_spec`): the model's context length, seed 0, `--generation-config vllm`
+Engine flags (`engine_config`): the model's context length, seed 0, `--generation-config vllm`
 (the request's parameters alone steer decoding, not the model's sampling defaults), prefix caching
 with the cached count in each reply's usage, and on CPU no chunked prefill (vLLM 0.32 crashes the
 engine when a seeded, sampled request is cut in a partial prefill; whole prompts need a step budget

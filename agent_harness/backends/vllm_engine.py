@@ -1,10 +1,7 @@
-"""The `vllm` backend's engine in process: vLLM's `AsyncLLM`, with its engine core in a child process.
+"""The `vllm` backend's engine: vLLM's `AsyncLLM` in the harness process, its engine core in a child.
 
-Same engine flags, CPU environment, token-id prompts, context budget and stop handling as the served
-path (`vllm_serve.engine_config`, `local.encode`, `stops`); replies are taken whole
-(`RequestOutputKind.FINAL_ONLY`), so no per-token streaming and no API server share the cores with the
-engine. The engine lives on an event loop of its own (`LoopThread`): `complete` may be awaited from any
-loop, and the runner's, the tests' and the benchmarks' loops all reach the one engine.
+The engine lives on an event loop of its own (`LoopThread`): `generate` may be awaited from any loop,
+and the runner's, the tests' and the benchmarks' loops all reach the one engine.
 
 Processes: vLLM spawns its engine core (multiprocessing, `spawn` on CPU). For that spawn the harness
 swaps multiprocessing's executable for a launcher (`LAUNCHER`) that sets PR_SET_PDEATHSIG, moves the
@@ -13,9 +10,6 @@ engine itself) and sends its output to the engine log before it runs Python. So 
 the thread that started it (this backend's loop thread) or with the harness, even under SIGKILL;
 `close` shuts the engine down and kills whatever of it is left. The frontend's own log lines (the
 stats every 10 s included) go to the same log through the `vllm` logger.
-
-A dead engine core (EngineDeadError) is BackendUnavailable naming the cause from its log; a start that
-fails is BackendUnavailable too, so `load_backend` falls back to transformers and the trace says why.
 """
 
 from __future__ import annotations
@@ -23,24 +17,25 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import copy
 import itertools
+import json
 import logging
 import multiprocessing
 import os
 import shlex
 import shutil
+import signal
 import sys
 import tempfile
-import time
+from multiprocessing import resource_tracker
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import BackendUnavailable, ConfigError
-from ..types import Completion, Conversation, FinishReason, GenParams, RequestMeta
+from ..errors import BackendUnavailable
+from ..settings import scoped_environ
 from .engine_process import children, root_cause
-from .local import context_full, first_line, new_token_budget
 from .loop import LoopThread
-from .stops import cut_at_stop, stop_strings
 from .vllm_serve import read_log
 
 if TYPE_CHECKING:
@@ -79,39 +74,71 @@ class InProcessEngine:
         self._core: list[psutil.Process] = []
         self._engine: Any = None
         self._stats: concurrent.futures.Future[None] | None = None
-        os.environ.update(env)  # the spawned core reads its CPU variables from the environment
         before = set(children())
-        try:
-            self._engine = self._loop.call(self._start(source, engine))
+        try:  # the variables are read by the engine's configuration and by the core it spawns, not after
+            with scoped_environ(env):
+                self._engine = self._loop.call(self._start(source, engine))
         except BaseException:
-            self._core = [p for pid, p in children().items() if pid not in before]
+            self._core = self._new_children(before)
             self.close()
             raise
-        self._core = [p for pid, p in children().items() if pid not in before]
+        self._core = self._new_children(before)
         self._stats = self._loop.submit(self._log_stats())
 
+    @staticmethod
+    def _new_children(before: set[int]) -> list[psutil.Process]:
+        """The engine's processes: children started since `before` (multiprocessing's shared resource
+        tracker left out)."""
+        import psutil
+
+        new = []
+        for pid, p in children().items():
+            try:
+                tracker = "resource_tracker" in " ".join(p.cmdline())
+            except psutil.Error:  # a core that died while starting (a zombie): still ours to reap
+                tracker = False
+            if pid not in before and not tracker:
+                new.append(p)
+        return new
+
     async def _start(self, source: str, engine: dict[str, Any]) -> Any:
+        self._log_to_file()  # first: importing vllm logs too
         from vllm import AsyncEngineArgs
         from vllm.config.logging import LoggingConfig
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        self._log_to_file()
         folder = Path(tempfile.mkdtemp(prefix="agent-harness-vllm-"))
         launcher = folder / "launch"
         launcher.write_text("#!/bin/sh\nexec " + " ".join(shlex.quote(a) for a in (
             sys.executable, "-S", "-c", LAUNCHER, str(self.log_path), str(os.getpid()), sys.executable)) + ' "$@"\n')
         launcher.chmod(0o700)
+        # multiprocessing's shared resource tracker is started (lazily) from the same executable: start it
+        # now, plainly, or it would go through the launcher and die with this loop's thread
+        resource_tracker.ensure_running()
         multiprocessing.set_executable(str(launcher))
         try:  # the core is spawned, and its model loaded, inside this call
-            # vLLM would re-apply its logging config (a stdout handler) here: keep `_log_to_file`'s
-            args = AsyncEngineArgs(model=source, logging_config=LoggingConfig(configure_logging=False), **engine)
-            return AsyncLLM.from_engine_args(args)
+            config = LoggingConfig(pylogging_config_file=str(self._logging_config(folder / "logging.json")))
+            return AsyncLLM.from_engine_args(AsyncEngineArgs(model=source, logging_config=config, **engine))
         finally:
             multiprocessing.set_executable(sys.executable)
             shutil.rmtree(folder, ignore_errors=True)
 
+    def _logging_config(self, path: Path) -> Path:
+        """vLLM's own logging config with its handler writing to the engine log, for the frontend here and
+        the core it spawns (each applies it; vLLM's default is a stdout handler)."""
+        import vllm.logger
+
+        config = copy.deepcopy(vllm.logger.DEFAULT_LOGGING_CONFIG)
+        config["formatters"].pop("vllm_color", None)
+        level = config["handlers"]["vllm"]["level"]
+        config["handlers"]["vllm"] = {"class": "logging.FileHandler", "filename": str(self.log_path),
+                                      "encoding": "utf-8", "formatter": "vllm", "level": level}
+        path.write_text(json.dumps(config), encoding="utf-8")
+        return path
+
     def _log_to_file(self) -> None:
-        """The `vllm` logger of this process writes to the engine log, not to the harness's stdout."""
+        """The `vllm` logger of this process writes to the engine log, not to the harness's stdout (until
+        the engine applies `_logging_config`, which does the same)."""
         vllm_log = logging.getLogger("vllm")
         handler = logging.FileHandler(self.log_path, encoding="utf-8")
         formatter = next((h.formatter for h in vllm_log.handlers if h.formatter is not None), None)
@@ -159,8 +186,8 @@ class InProcessEngine:
                 with contextlib.suppress(Exception):
                     engine.shutdown(timeout=SHUTDOWN_S)
         finally:
+            self._kill_core()  # first: a start cut short still blocks the loop until its core is gone
             self._loop.__exit__(None, None, None)
-            self._kill_core()
             vllm_log = logging.getLogger("vllm")
             for h in list(vllm_log.handlers):
                 if isinstance(h, logging.FileHandler) and Path(h.baseFilename) == self.log_path.absolute():
@@ -171,59 +198,14 @@ class InProcessEngine:
             self._handlers = []
 
     def _kill_core(self) -> None:
+        """Kill what is left of the engine: its core and the core's process group (its worker)."""
         import psutil
 
         alive = [p for p in self._core if p.is_running()]
         for p in alive:
-            with contextlib.suppress(psutil.Error):
+            with contextlib.suppress(psutil.Error, OSError):
+                if os.getpgid(p.pid) == p.pid:  # the launcher made it a group leader
+                    os.killpg(p.pid, signal.SIGKILL)
                 p.kill()
         psutil.wait_procs(alive, timeout=10)
         self._core = []
-
-
-async def complete(engine: InProcessEngine, encode: Any, context_length: int, name: str,
-                   conversation: Conversation, params: GenParams, meta: RequestMeta | None = None) -> Completion:
-    """One reply from the in-process engine, with the served path's semantics (see vllm_backend)."""
-    from vllm import SamplingParams
-    from vllm.sampling_params import RequestOutputKind
-    from vllm.v1.engine.exceptions import EngineDeadError
-
-    if params.max_tokens < 1:
-        raise ConfigError(f"max_tokens must be >= 1, got {params.max_tokens}")
-    if not engine.alive:
-        raise BackendUnavailable(f"the vllm engine of '{name}' is gone: {engine.cause() or 'no error in its log'}")
-    t0 = time.perf_counter()
-    try:
-        ids = encode(conversation, params.chat_template, params.tools)
-    except Exception as e:  # the template refused this conversation, or cannot keep its text as text
-        msg = f"cannot encode the prompt: {first_line(e)}"
-        log.warning("%s", msg)
-        return Completion("", None, None, "error", time.perf_counter() - t0, cached_tokens=None, error=msg)
-    max_new = new_token_budget(len(ids), params.max_tokens, context_length)
-    if not max_new:
-        return context_full(len(ids))
-    stops = stop_strings(params)
-    sampling = SamplingParams(max_tokens=max_new, temperature=params.temperature, top_p=params.top_p,
-                              seed=params.seed, stop=list(stops), output_kind=RequestOutputKind.FINAL_ONLY)
-    try:
-        out = await engine.generate(ids, sampling)
-    except EngineDeadError:
-        raise BackendUnavailable(f"the vllm engine of '{name}' died: "
-                                 f"{engine.cause() or 'no error in its log'}") from None
-    except (ValueError, TypeError) as e:  # the engine refused the request (vLLM's validation errors)
-        msg = f"the vllm engine refused the request: {first_line(e)}"
-        log.warning("%s", msg)
-        return Completion("", len(ids), None, "error", time.perf_counter() - t0, cached_tokens=None, error=msg)
-    choice = out.outputs[0] if out is not None and out.outputs else None
-    if choice is None or choice.finish_reason not in ("stop", "length"):
-        why = "no output" if choice is None else f"finish reason {choice.finish_reason!r}"
-        return Completion("", len(ids), None, "error", time.perf_counter() - t0, cached_tokens=None,
-                          error=f"the vllm engine gave no reply ({why})")
-    text = choice.text
-    finish: FinishReason = "length" if choice.finish_reason == "length" else "stop"
-    cut = cut_at_stop(text, stops)
-    if cut is not None:
-        text, finish = cut, "stop"
-    return Completion(text=text, prompt_tokens=len(ids), completion_tokens=len(choice.token_ids),
-                      finish_reason=finish, latency_s=time.perf_counter() - t0,
-                      cached_tokens=out.num_cached_tokens or 0)

@@ -138,24 +138,18 @@ def done_file(name: str, model: str, args: argparse.Namespace) -> Path:
 def served(model: str, args: argparse.Namespace) -> Iterator[Path]:
     """A local `vllm serve` of `model`'s prepared folder while the block runs; yields a registry whose
     entry of the same name is an openai client of it."""
-    from agent_harness.backends.vllm_serve import ServerError, VllmServer, openai_entry
+    from agent_harness.backends.vllm_serve import ServerError, serving
     from agent_harness.registry import load_registry
 
     spec = load_registry(args.registry).resolve(model)[0]
+    reg = args.out / f"served-{spec.name}.yaml"
     try:
-        srv = VllmServer.for_spec(spec, args.out / f"server-{spec.name}.log", spec.name)
+        with serving(spec, args.out / f"server-{spec.name}.log", reg) as healthy_s:
+            print(f"[strategies] vllm serve {spec.name}: healthy after {healthy_s:.0f} s", file=sys.stderr,
+                  flush=True)
+            yield reg
     except ServerError as e:
         raise SystemExit(f"error: {e}") from None
-    args.out.mkdir(parents=True, exist_ok=True)
-    reg = args.out / f"served-{spec.name}.yaml"
-    reg.write_text(json.dumps({"models": [openai_entry(spec, spec.name, srv.base_url, 256)]}, indent=1))
-    try:
-        srv.start()
-        print(f"[strategies] vllm serve {spec.name}: healthy after {srv.wait_healthy():.0f} s", file=sys.stderr,
-              flush=True)
-        yield reg
-    finally:
-        srv.stop()
 
 
 def _done_n(done: Path) -> int:

@@ -93,22 +93,15 @@ def _git(tree: Path = ROOT) -> str:
 def served(model: str, out: Path, env: dict[str, str]) -> Iterator[Path]:
     """A local `vllm serve` of `model` (the `vllm` backend's engine flags, `env` applied) while the block
     runs; yields a registry whose entry of the same name is an openai client of it."""
-    from agent_harness.backends.vllm_serve import VllmServer, openai_entry
+    from agent_harness.backends.vllm_serve import serving
     from agent_harness.registry import load_registry
     from agent_harness.settings import scoped_environ
 
     spec = load_registry().resolve(model)[0]
-    out.mkdir(parents=True, exist_ok=True)
-    with scoped_environ(env):
-        srv = VllmServer.for_spec(spec, out / "server.log", spec.name)
     registry = out / "served.json"
-    registry.write_text(json.dumps({"models": [openai_entry(spec, spec.name, srv.base_url, 256)]}))
-    try:
-        srv.start()
-        print(f"[{model}] vllm serve healthy after {srv.wait_healthy():.0f} s", flush=True)
+    with scoped_environ(env), serving(spec, out / "server.log", registry) as healthy_s:
+        print(f"[{model}] vllm serve healthy after {healthy_s:.0f} s", flush=True)
         yield registry
-    finally:
-        srv.stop()
 
 
 def run_config(name: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:

@@ -120,12 +120,13 @@ class VLLMBackend:
             if "gpu_memory_utilization" in engine:
                 details["gpu_memory_utilization"] = engine["gpu_memory_utilization"]
         else:
+            engine_env = {**os.environ, **env}  # what the engine started with
             details.update({
-                "kv_cache_gib": env.get("VLLM_CPU_KVCACHE_SPACE", os.environ.get("VLLM_CPU_KVCACHE_SPACE")),
+                "kv_cache_gib": engine_env.get("VLLM_CPU_KVCACHE_SPACE"),
                 "enable_chunked_prefill": engine.get("enable_chunked_prefill"),
                 "max_num_batched_tokens": engine.get("max_num_batched_tokens"),
-                "threads_bind": env.get("VLLM_CPU_OMP_THREADS_BIND", os.environ.get("VLLM_CPU_OMP_THREADS_BIND")),
-                "compile_cache": env.get("VLLM_CACHE_ROOT", os.environ.get("VLLM_CACHE_ROOT")),
+                "threads_bind": engine_env.get("VLLM_CPU_OMP_THREADS_BIND"),
+                "compile_cache": engine_env.get("VLLM_CACHE_ROOT"),
             })
         self.info = BackendInfo(requested="vllm", used="vllm", device=self.device, details=details)
         log.info("vllm: %s from %s on %s (%s%s) in %.1f s; its log: %s", spec.name, source, self.device,

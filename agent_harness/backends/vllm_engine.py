@@ -28,7 +28,7 @@ import shutil
 import signal
 import sys
 import tempfile
-from multiprocessing import resource_tracker
+from multiprocessing import resource_tracker, spawn
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -115,12 +115,13 @@ class InProcessEngine:
         # multiprocessing's shared resource tracker is started (lazily) from the same executable: start it
         # now, plainly, or it would go through the launcher and die with this loop's thread
         resource_tracker.ensure_running()
+        executable = spawn.get_executable()
         multiprocessing.set_executable(str(launcher))
         try:  # the core is spawned, and its model loaded, inside this call
             config = LoggingConfig(pylogging_config_file=str(self._logging_config(folder / "logging.json")))
             return AsyncLLM.from_engine_args(AsyncEngineArgs(model=source, logging_config=config, **engine))
         finally:
-            multiprocessing.set_executable(sys.executable)
+            multiprocessing.set_executable(executable)
             shutil.rmtree(folder, ignore_errors=True)
 
     def _logging_config(self, path: Path) -> Path:

@@ -32,7 +32,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import MutableMapping
+from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -305,6 +305,21 @@ class VllmServer:
     def cause(self) -> str | None:
         """The last exception line in this start's log: why the server failed, when it says."""
         return root_cause(self.log_text())
+
+
+@contextlib.contextmanager
+def serving(spec: Any, log: Path, registry: Path) -> Iterator[float]:
+    """`spec`'s prepared folder served by a local `vllm serve` (the harness's engine flags) while the block
+    runs, `registry` written with an `openai` entry of the same name for it; yields the seconds until it
+    was healthy. ServerError when it cannot be built or started."""
+    srv = VllmServer.for_spec(spec, log, spec.name)
+    registry.parent.mkdir(parents=True, exist_ok=True)
+    registry.write_text(json.dumps({"models": [openai_entry(spec, spec.name, srv.base_url, 256)]}, indent=1))
+    try:
+        srv.start()
+        yield srv.wait_healthy()
+    finally:
+        srv.stop()
 
 
 def read_log(path: Path, start: int = 0, limit: int = LOG_READ) -> str:

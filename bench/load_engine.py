@@ -72,7 +72,8 @@ def _stream(base_url: str, name: str, load: Load, stop: threading.Event, max_tok
 def engine_load(model: str, out: Path, streams: int = 8, max_tokens: int = 256) -> Iterator[Load]:
     """A `vllm serve` of `model` decoding `streams` requests at a time while the block runs; its log is
     `out/load-engine.log`. Yields once the engine has finished its first reply (it is then at full load)."""
-    from agent_harness.backends.vllm_serve import VllmServer
+    from vllm_server import VllmServer
+
     from agent_harness.registry import load_registry
 
     spec = load_registry(None).resolve(model)[0]

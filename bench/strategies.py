@@ -138,7 +138,8 @@ def done_file(name: str, model: str, args: argparse.Namespace) -> Path:
 def served(model: str, args: argparse.Namespace) -> Iterator[Path]:
     """A local `vllm serve` of `model`'s prepared folder while the block runs; yields a registry whose
     entry of the same name is an openai client of it."""
-    from agent_harness.backends.vllm_serve import ServerError, serving
+    from vllm_server import ServerError, serving
+
     from agent_harness.registry import load_registry
 
     spec = load_registry(args.registry).resolve(model)[0]

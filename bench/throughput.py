@@ -93,7 +93,8 @@ def _git(tree: Path = ROOT) -> str:
 def served(model: str, out: Path, env: dict[str, str]) -> Iterator[Path]:
     """A local `vllm serve` of `model` (the `vllm` backend's engine flags, `env` applied) while the block
     runs; yields a registry whose entry of the same name is an openai client of it."""
-    from agent_harness.backends.vllm_serve import serving
+    from vllm_server import serving
+
     from agent_harness.registry import load_registry
     from agent_harness.settings import scoped_environ
 

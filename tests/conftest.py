@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 os.environ["HF_HUB_OFFLINE"] = "1"
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))  # bench/vllm_server.py
 
 if TYPE_CHECKING:
     from agent_harness.backends.hf import HFBackend

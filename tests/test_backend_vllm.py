@@ -28,7 +28,7 @@ from agent_harness.backends.engine_process import group_alive
 from agent_harness.backends.hf import HFBackend
 from agent_harness.backends.loop import complete_all
 from agent_harness.backends.vllm_backend import VLLMBackend
-from agent_harness.backends.vllm_serve import apply_cpu_env, cpu_env, cpu_id_list, engine_options
+from agent_harness.backends.vllm_config import apply_cpu_env, cpu_env, cpu_id_list, engine_options
 from agent_harness.errors import BackendUnavailable, ConfigError
 from agent_harness.registry import ModelSpec
 from agent_harness.types import Conversation, GenParams

@@ -89,7 +89,7 @@ def test_a_served_model_keeps_its_port_so_resume_matches() -> None:
     served registry file as it was (the fingerprint leaves the URL out)."""
     import socket
 
-    from agent_harness.backends.vllm_serve import free_port, stable_port
+    from vllm_server import free_port, stable_port
 
     port = stable_port("qwen2.5-coder-1.5b-offline")
     assert port == stable_port("qwen2.5-coder-1.5b-offline") and 20000 <= port < 40000
@@ -107,7 +107,7 @@ def test_a_port_in_time_wait_is_free_again() -> None:
     (SO_REUSEADDR), so the probe must count it as free, or the served URL changes and resume redoes all."""
     import socket
 
-    from agent_harness.backends.vllm_serve import free_port
+    from vllm_server import free_port
 
     with socket.socket() as server:
         server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

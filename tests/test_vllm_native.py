@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 from test_vllm_serve import server  # the test engine's settings, here in bf16 with an 8k context and Qwen's parser
+from vllm_server import ServerError, free_port
 
 from agent_harness.backends.openai_prompt import IDS
-from agent_harness.backends.vllm_serve import ServerError, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "served-native"

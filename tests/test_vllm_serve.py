@@ -31,10 +31,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from vllm_server import ServerError, VllmServer, cli_flags, free_port
 
 from agent_harness.backends.engine_process import group_alive
 from agent_harness.backends.openai_prompt import IDS
-from agent_harness.backends.vllm_serve import ServerError, VllmServer, cli_flags, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "served-05b"
@@ -179,7 +179,7 @@ def test_the_server_dies_with_a_harness_killed_hard(tmp_path: Path) -> None:
     """SIGKILL leaves the harness no chance to stop anything: the watchdog's PR_SET_PDEATHSIG does."""
     harness = textwrap.dedent(f"""
         import sys, time
-        sys.path.insert(0, {str(ROOT / "tests")!r})
+        sys.path[:0] = [{str(ROOT / "tests")!r}, {str(ROOT / "bench")!r}]
         from pathlib import Path
         from test_vllm_serve import StandIn
         srv = StandIn("deaf", Path(sys.argv[1]), grace_s=1.0)

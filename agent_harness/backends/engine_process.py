@@ -1,64 +1,13 @@
-"""The processes of a local engine server: a watchdog that ends them with the harness, the root cause of
-a failed start read from the server's log, and leftovers reaped.
-
-`watched(cmd)` wraps a server's command line in a small watchdog process (`WATCHDOG`), started as the
-leader of its own process group. The watchdog runs the server in that group and, when it gets SIGTERM
-(the harness stopping it, or its parent's death through PR_SET_PDEATHSIG), sends the server SIGTERM,
-waits `grace_s`, and kills the whole group (the engine core vLLM's server spawns included), itself
-last. A server that exits on its own takes its group with it the same way. So the harness ends every
-process of a server through one pid, and a harness that dies hard (SIGKILL, a crash) takes its servers
-along. PR_SET_PDEATHSIG fires when the *thread* that started the watchdog ends: start servers from a
-thread that outlives them (the runner's main thread does).
-"""
+"""The processes of a local engine: whether a process group is empty, the root cause of a failed start
+read from the engine's log, and leftover child processes reaped."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import re
-import sys
 from pathlib import Path
 from typing import Any
-
-# argv: parent pid, grace seconds, the server's command. Self-contained (runs as `python -c`).
-WATCHDOG = r"""
-import ctypes, os, signal, subprocess, sys
-parent, grace, cmd = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3:]
-
-
-def stop(signum, frame):
-    raise SystemExit(128 + signum)
-
-
-signal.signal(signal.SIGTERM, stop)
-signal.signal(signal.SIGHUP, stop)
-try:
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-except (OSError, AttributeError):  # not Linux: the harness's own stop still works
-    pass
-child = None
-try:
-    if os.getppid() != parent:  # the harness died before prctl took effect
-        sys.exit(1)
-    child = subprocess.Popen(cmd)
-    code = child.wait()
-    print(f"[watchdog] the server exited with code {code}", file=sys.stderr, flush=True)
-finally:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    if child is not None and child.poll() is None:
-        child.terminate()
-        try:
-            child.wait(grace)
-        except subprocess.TimeoutExpired:
-            print(f"[watchdog] the server ignored SIGTERM for {grace:g} s: killed", file=sys.stderr, flush=True)
-    sys.stderr.flush()
-    os.killpg(0, signal.SIGKILL)  # the group: the server's children too, the watchdog last
-"""
-
-
-def watched(cmd: list[str], grace_s: float) -> list[str]:
-    """`cmd` run under the watchdog (start it with `start_new_session=True`: its group is the server's)."""
-    return [sys.executable, "-c", WATCHDOG, str(os.getpid()), f"{grace_s:g}", *cmd]
 
 
 def group_alive(pgid: int) -> bool:

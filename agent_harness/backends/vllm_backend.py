@@ -6,7 +6,7 @@ they are even (945 s against 943 s for the 0.5B's reflect-react over 24 tasks, t
 with a second engine loading the cores the in-process engine ran that sweep 1.23x faster than an owned
 `vllm serve` (no API server process and no per-token streaming competing for two cores), and it has no
 server, port, health poll or HTTP client to manage. The served path stays for `bench/strategies.py
---serve` and for fleets (`vllm_serve.py`, reached through the `openai` backend).
+--serve` (bench/vllm_server.py) and for fleets, reached through the `openai` backend.
 
 Prompts: encoded here with the model's tokenizer and chat template (the spec's `chat_template` wins),
 exactly as the transformers backend and the served path do, and given to the engine as token ids: text
@@ -15,7 +15,7 @@ fills the context gives ``Completion("", n, 0, "length", 0.0)`` without a reques
 engine's and are cut again here (`stops`); replies are taken whole (`RequestOutputKind.FINAL_ONLY`);
 `cached_tokens` is the prefix cache's count.
 
-Engine flags and environment: `vllm_serve.engine_config` (prefix caching, KV blocks of 32 on CPU, no
+Engine flags and environment: `vllm_config.engine_config` (prefix caching, KV blocks of 32 on CPU, no
 chunked prefill on CPU, the CPU variables, seed 0, generation config "vllm"). ``enforce_eager`` is the
 default on CPU: on the 2-core AVX2 EPYC the load took 43-66 s against 113 s with a warm compile cache and
 197 s cold, for only 3-9 % lower decode throughput; ``AGENT_HARNESS_VLLM_EAGER=0`` compiles, ``=1``
@@ -54,8 +54,8 @@ from ..types import BackendInfo, Completion, Conversation, FinishReason, GenPara
 from .engine_process import root_cause
 from .local import context_full, encode, first_line, load_tokenizer, new_token_budget, require_torch
 from .stops import cut_at_stop, stop_strings
+from .vllm_config import apply_cpu_env, engine_config, read_log
 from .vllm_engine import InProcessEngine
-from .vllm_serve import apply_cpu_env, engine_config, read_log
 
 if TYPE_CHECKING:
     from ..registry import ModelSpec
@@ -89,7 +89,7 @@ class VLLMBackend:
         source = model_source(spec, weights_dtype)
         self.tokenizer = load_tokenizer(transformers, spec, source)  # a broken folder fails here, fast
         self.log_path, self._temp_log = self._log_path()
-        source, engine, env, cuda = engine_config(spec, source)
+        engine, env, cuda = engine_config(spec, source)
         if not cuda:
             env = {**apply_cpu_env(dict(os.environ)), **env}
         env.setdefault("VLLM_LOGGING_LEVEL", os.environ.get("VLLM_LOGGING_LEVEL", "INFO"))

@@ -36,7 +36,7 @@ from ..errors import BackendUnavailable
 from ..settings import scoped_environ
 from .engine_process import children, root_cause
 from .loop import LoopThread
-from .vllm_serve import read_log
+from .vllm_config import read_log
 
 if TYPE_CHECKING:
     import psutil

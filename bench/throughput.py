@@ -45,6 +45,7 @@ import json
 import os
 import platform
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -165,6 +166,8 @@ def main() -> int:
             print(f"[{name}] skipped: vllm is not installed", flush=True)
             names.remove(name)
     base = args.keep or Path(tempfile.mkdtemp(prefix="bench-throughput-"))
+    # SIGTERM unwinds: subprocess.run kills the row's run and engine_load stops the second engine
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     results, shares = [], []
     with engine_load(args.model, base, args.load) if args.load else contextlib.nullcontext() as load:
         for name in names:

@@ -33,8 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from agent_harness.backends.engine_process import root_cause  # noqa: E402
-from agent_harness.backends.vllm_config import LOG_READ, apply_cpu_env, engine_config, read_log  # noqa: E402
+from agent_harness.backends.engine_process import LOG_READ, read_log, root_cause  # noqa: E402
+from agent_harness.backends.vllm_config import apply_cpu_env, engine_config  # noqa: E402
 from agent_harness.trace_io import open_append  # noqa: E402
 
 STOP_GRACE_S = 30.0  # SIGTERM to the server, then its process group is killed

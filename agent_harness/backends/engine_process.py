@@ -1,13 +1,16 @@
-"""The processes of a local engine: whether a process group is empty, the root cause of a failed start
-read from the engine's log, and leftover child processes reaped."""
+"""The processes of a local engine: whether a process group is empty, its log read back and the root cause
+of a failed start found in it, and leftover child processes reaped."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
+
+LOG_READ = 65536  # bytes of the log's end read for a failed start's cause
 
 
 def group_alive(pgid: int) -> bool:
@@ -22,9 +25,9 @@ def group_alive(pgid: int) -> bool:
         except PermissionError:
             return True
         return True
-    for stat in proc.glob("[0-9]*/stat"):
+    for stat_file in proc.glob("[0-9]*/stat"):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()  # after "pid (comm)": state ppid pgrp ...
+            fields = stat_file.read_text().rsplit(")", 1)[1].split()  # after "pid (comm)": state ppid pgrp ...
         except (OSError, IndexError):
             continue
         if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
@@ -33,6 +36,25 @@ def group_alive(pgid: int) -> bool:
 
 
 _EXC_LINE = re.compile(r"\b([A-Za-z_][\w.]*(?:Error|Exception|Exit)): (.+)")
+
+
+def read_log(path: Path, start: int = 0, limit: int = LOG_READ) -> str:
+    """The end of what was written to the log `path` from byte `start` (at most `limit` bytes); "" when
+    it is unreadable or not a regular file (a FIFO or link planted there)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return ""
+        os.lseek(fd, max(start, st.st_size - limit), os.SEEK_SET)
+        return os.read(fd, limit).decode("utf-8", "replace")
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
 
 
 def root_cause(log_text: str) -> str | None:

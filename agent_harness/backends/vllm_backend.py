@@ -51,10 +51,10 @@ from ..errors import BackendUnavailable, ConfigError, MissingExtraError
 from ..settings import get_settings
 from ..trace_io import open_append
 from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams, RequestMeta, ToolSpec
-from .engine_process import root_cause
+from .engine_process import read_log, root_cause
 from .local import context_full, encode, first_line, load_tokenizer, new_token_budget, require_torch
 from .stops import cut_at_stop, stop_strings
-from .vllm_config import apply_cpu_env, engine_config, read_log
+from .vllm_config import apply_cpu_env, engine_config
 from .vllm_engine import InProcessEngine
 
 if TYPE_CHECKING:

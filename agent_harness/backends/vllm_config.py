@@ -1,5 +1,5 @@
 """The engine flags and environment of the `vllm` backend's engine (and of the `vllm serve` the benchmarks
-start, bench/vllm_server.py, so both run the same engine), and reading an engine's log.
+start, bench/vllm_server.py, so both run the same engine).
 
 Engine flags (`engine_config`): the model's context length, seed 0, `--generation-config vllm`
 (the request's parameters alone steer decoding, not the model's sampling defaults), prefix caching
@@ -16,8 +16,6 @@ reused by later runs, ``VLLM_USE_AOT_COMPILE=0`` (its AOT cache failed to reload
 
 from __future__ import annotations
 
-import os
-import stat
 from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
@@ -26,7 +24,6 @@ from ..settings import get_settings
 
 DEFAULT_KV_CACHE_GIB = 4
 CPU_BLOCK_SIZE = 32
-LOG_READ = 65536  # bytes of the log's end read for a failed start's cause
 
 
 def cpu_id_list(cpus: list[int]) -> str:
@@ -46,7 +43,7 @@ def cpu_id_list(cpus: list[int]) -> str:
 
 
 def cpu_env() -> dict[str, str]:
-    """The vLLM CPU variables the server gets (where they are not set already)."""
+    """The vLLM CPU variables the engine gets (where they are not set already)."""
     from ..weights import cache_root
     from .local import cpu_ids
 
@@ -131,23 +128,3 @@ def engine_config(spec: Any, source: str) -> tuple[dict[str, Any], dict[str, str
     }
     env = {"HF_HUB_OFFLINE": "1"} if Path(source).is_dir() else {}
     return engine, env, cuda
-
-
-def read_log(path: Path, start: int = 0, limit: int = LOG_READ) -> str:
-    """The end of what was written to the log `path` from byte `start` (at most `limit` bytes); "" when
-    it is unreadable or not a regular file (a FIFO or link planted there)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return ""
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return ""
-        os.lseek(fd, max(start, st.st_size - limit), os.SEEK_SET)
-        return os.read(fd, limit).decode("utf-8", "replace")
-    except OSError:
-        return ""
-    finally:
-        os.close(fd)
-

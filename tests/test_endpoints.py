@@ -2,7 +2,9 @@
 
 The servers answer like the scripted oracle (its replies for the conversation they receive), so a
 run through them is a real run: CLI -> agent -> openai backend -> HTTP -> sandbox -> trace -> pass@1.
-One of them dies mid-run (it drops the request it is serving and closes its port).
+One of them dies mid-run (it drops the request it is serving and closes its port); a lone one stops and
+comes back on its port, as a restarted `vllm serve` does (its port refuses connections until its engine
+has loaded), then holds its first requests a while before it answers them.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ Answer = Callable[[dict[str, Any]], str]
 class Server:
     """A chat-completions server; `answer` gives the reply text, `die_at` the request it dies on."""
 
-    def __init__(self, answer: Answer, die_at: int | None = None, keep_alive: bool = False) -> None:
+    def __init__(self, answer: Answer, die_at: int | None = None, keep_alive: bool = False, port: int = 0) -> None:
         self.answer, self.die_at = answer, die_at
         self.bodies: list[dict[str, Any]] = []
         self.auth: list[str | None] = []
@@ -98,7 +100,7 @@ class Server:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.port = self.httpd.server_address[1]
         threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
@@ -227,9 +229,9 @@ def test_bad_endpoint_lists(tmp_path: Path, urls: list[str], extra: dict[str, An
         spec(tmp_path, urls, **extra)
 
 
-def test_run_survives_a_node_dying(tmp_path: Path, servers: list[Server]) -> None:
-    """The real run path through two servers; A dies on its 3rd request, every episode still passes."""
-    tasks = get_scenario("humanevalfix").load_tasks(TaskQuery(n=4))
+def oracle_answer(n: int) -> Answer:
+    """A server's replies: the scripted oracle's for the first `n` HumanEvalFix tasks."""
+    tasks = get_scenario("humanevalfix").load_tasks(TaskQuery(n=n))
     oracle = ScriptedBackend("oracle")
     by_statement = {t.statement: t for t in tasks}  # over HTTP the server only sees the text
     lock = threading.Lock()
@@ -246,22 +248,39 @@ def test_run_survives_a_node_dying(tmp_path: Path, servers: list[Server]) -> Non
                                                              stop=tuple(body.get("stop", ()))), meta=[meta])
         return c.text
 
+    return answer
+
+
+def oracle_run(tmp_path: Path, urls: list[str], out: Path, backoff_s: str, *more: str,
+               **openai: Any) -> subprocess.CompletedProcess[str]:
+    """`run_agents.py` on the first 4 tasks through the servers at `urls`."""
+    env = {**os.environ, "AGENT_HARNESS_OPENAI_BACKOFF_S": backoff_s, "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, str(ROOT / "run_agents.py"), "--registry",
+                           str(registry_file(tmp_path, urls, **openai)), "--models", "remote", "--agent", "react",
+                           "--n", "4", "--no-embed", "--no-progress", "--out", str(out), *more],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600, env=env)
+
+
+def all_passed(out: Path) -> list[dict[str, Any]]:
+    """The run's traces, after checking that its 4 episodes completed and passed."""
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["remote"]["humanevalfix"]["pass@1"] == 1.0 and summary["remote"]["humanevalfix"]["n_tasks"] == 4
+    traces = [json.loads(path.read_text()) for path in sorted(out.rglob("run_*.json"))]
+    assert len(traces) == 4 and all(t["outcome"]["completed"] and t["outcome"]["passed"] for t in traces)
+    return traces
+
+
+def test_run_survives_a_node_dying(tmp_path: Path, servers: list[Server]) -> None:
+    """The real run path through two servers; A dies on its 3rd request, every episode still passes."""
+    answer = oracle_answer(4)
     servers += [Server(answer, die_at=2), Server(answer)]
     a, b = servers
     out = tmp_path / "traces"
-    env = {**os.environ, "AGENT_HARNESS_OPENAI_BACKOFF_S": "0.01", "HF_HUB_OFFLINE": "1"}
-    r = subprocess.run([sys.executable, str(ROOT / "run_agents.py"), "--registry",
-                        str(registry_file(tmp_path, [a.base_url, b.base_url])), "--models", "remote",
-                        "--agent", "react", "--n", "4", "--no-embed", "--no-progress", "--out", str(out)],
-                       capture_output=True, text=True, cwd=ROOT, timeout=600, env=env)
+    r = oracle_run(tmp_path, [a.base_url, b.base_url], out, "0.01")
     assert r.returncode == 0, r.stderr
     assert a.dead and len(a.bodies) >= 3  # requests in flight beside the fatal one were still answered
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["remote"]["humanevalfix"]["pass@1"] == 1.0 and summary["remote"]["humanevalfix"]["n_tasks"] == 4
     answered: list[str] = []
-    for path in sorted(out.rglob("run_*.json")):
-        trace = json.loads(path.read_text())
-        assert trace["outcome"]["completed"] and trace["outcome"]["passed"], path
+    for trace in all_passed(out):
         assert trace["model"]["details"]["endpoints"] == [a.base_url, b.base_url]
         answered += [s["endpoint"] for s in trace["steps"] if "endpoint" in s]
     assert answered.count(a.base_url) == len(a.bodies) - 1  # all A got but the request it died on
@@ -269,12 +288,37 @@ def test_run_survives_a_node_dying(tmp_path: Path, servers: list[Server]) -> Non
 
     # the dead node dropped from the fleet: the run resumes (URLs are transport, not in the fingerprint)
     sent = len(b.bodies)
-    r = subprocess.run([sys.executable, str(ROOT / "run_agents.py"), "--registry",
-                        str(registry_file(tmp_path, [b.base_url], concurrency=3)), "--models", "remote",
-                        "--agent", "react", "--n", "4", "--no-embed", "--no-progress", "--out", str(out), "--resume"],
-                       capture_output=True, text=True, cwd=ROOT, timeout=600, env=env)
+    r = oracle_run(tmp_path, [b.base_url], out, "0.01", "--resume", concurrency=3)
     assert r.returncode == 0 and "resume: reused 4, redid 0" in r.stderr, r.stderr
     assert len(b.bodies) == sent
+
+
+def test_a_lone_server_restarted_mid_run_is_waited_for(tmp_path: Path, servers: list[Server]) -> None:
+    """The one server stops on its 3rd request (its port refused), then comes back on the same port and
+    holds its first requests unanswered for 2 s: the run retries through both and every episode passes."""
+    answer = oracle_answer(4)
+    first = Server(answer, die_at=2)
+    servers.append(first)
+    back = threading.Event()
+
+    def restart() -> None:
+        while not first.dead:
+            time.sleep(0.05)
+        time.sleep(1.0)  # refused meanwhile
+        again = Server(answer, port=first.port)
+        again.hold = threading.Event()
+        threading.Timer(2.0, again.hold.set).start()
+        servers.append(again)
+        back.set()
+
+    threading.Thread(target=restart, daemon=True).start()
+    out = tmp_path / "traces"
+    r = oracle_run(tmp_path, [first.base_url], out, "0.1", max_retries=8)
+    assert r.returncode == 0, r.stderr
+    assert back.is_set() and "connection error" in r.stderr and "retry" in r.stderr
+    again = servers[1]
+    assert again.peak >= 1 and again.bodies  # held requests were answered once it let them through
+    assert all(t["model"]["details"]["endpoints"] == [first.base_url] for t in all_passed(out))
 
 
 def test_sigterm_does_not_wait_for_requests_in_flight(tmp_path: Path, servers: list[Server]) -> None:

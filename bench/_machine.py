@@ -1,8 +1,11 @@
-"""What every benchmark names: the CPU (results are compared on one machine, never across machines)."""
+"""What the benchmarks share: the CPU they name (results are compared on one machine, never across
+machines) and how they run a harness run of a row."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
+from typing import Any
 
 
 def cpu_name(default: str = "unknown CPU") -> str:
@@ -14,3 +17,21 @@ def cpu_name(default: str = "unknown CPU") -> str:
     except OSError:
         pass
     return default
+
+
+def run_row(cmd: list[str], grace_s: float = 60.0, **popen: Any) -> subprocess.CompletedProcess[str]:
+    """`subprocess.run` for a row's harness run, except that a benchmark unwinding (SIGTERM made an
+    exit, Ctrl-C) asks the run to stop with SIGTERM and gives it `grace_s` to stop its engine before it
+    is killed: a harness killed outright can leave an engine behind (an older tree's, in a side-by-side
+    run, holding GBs of RAM)."""
+    with subprocess.Popen(cmd, text=True, **popen) as proc:
+        try:
+            out, err = proc.communicate()
+        except BaseException:
+            proc.terminate()
+            try:
+                proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)

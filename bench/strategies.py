@@ -51,6 +51,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from _machine import cpu_name, run_row  # noqa: E402  (bench/ is on sys.path when a benchmark runs as a script)
+
 from agent_harness.metrics import aggregate_pass_at_k, bootstrap_interval, wilson_interval  # noqa: E402
 from agent_harness.trace import load_traces  # noqa: E402
 
@@ -94,8 +96,7 @@ TABLE = ("single-shot", "reflect", "react-full", "react-condensed", "reflect-rea
 
 def machine() -> str:
     info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    cpu = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")),
-               platform.processor() or "unknown CPU")
+    cpu = cpu_name(platform.processor() or "unknown CPU")
     flags = set(next((ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags")), []))
     bf16 = "yes" if "avx512_bf16" in flags else "no"
     return f"{cpu}, {len(os.sched_getaffinity(0))} cores, AVX-512 BF16: {bf16}"
@@ -176,7 +177,7 @@ def run_config(name: str, cfg: Config, model: str, args: argparse.Namespace, reg
     elif registry != ROOT / "models.yaml":
         cmd += ["--registry", str(registry)]
     print(f"[strategies] {name} × {model}: {shlex.join(cmd[1:])}", file=sys.stderr, flush=True)
-    r = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL if args.quiet else None)
+    r = run_row(cmd, cwd=ROOT, stdout=subprocess.DEVNULL if args.quiet else None)
     if r.returncode != 0:
         return "failed", f"run_agents.py exited {r.returncode}"
     done.write_text(json.dumps({"config": name, "model": model, "n": args.n, "cmd": cmd[1:],

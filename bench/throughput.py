@@ -54,7 +54,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from _machine import cpu_name  # bench/ is on sys.path when a benchmark runs as a script
+from _machine import cpu_name, run_row  # bench/ is on sys.path when a benchmark runs as a script
 from load_engine import engine_load
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -126,7 +126,7 @@ def run_config(name: str, args: argparse.Namespace, out: Path) -> dict[str, Any]
         if registry is not None:
             cmd += ["--registry", str(registry)]
         print(f"[{name}] {' '.join(cmd[1:])}", flush=True)
-        proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
+        proc = run_row(cmd, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     if proc.returncode != 0:
         raise SystemExit(f"[{name}] failed ({proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}")
     stats = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines() if line.strip()][-1]
@@ -166,7 +166,7 @@ def main() -> int:
             print(f"[{name}] skipped: vllm is not installed", flush=True)
             names.remove(name)
     base = args.keep or Path(tempfile.mkdtemp(prefix="bench-throughput-"))
-    # SIGTERM unwinds: subprocess.run kills the row's run and engine_load stops the second engine
+    # SIGTERM unwinds: run_row stops the row's run and engine_load stops the second engine
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     results, shares = [], []
     with engine_load(args.model, base, args.load) if args.load else contextlib.nullcontext() as load:

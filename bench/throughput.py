@@ -20,6 +20,8 @@ settings, with embeddings on unless `--args=--no-embed` (they are part of the ha
 - vllm-ticks:   (commits before the async backends only) vLLM, one batch per tick;
 - vllm:         vLLM: each episode's next request goes out as soon as its tool ran (the `vllm` backend's
                 default engine of the tree it runs from);
+- vllm-c32:     the same with 32 episodes in flight whatever `--concurrency` says (the in-flight default
+                against twice as many, side by side);
 - vllm-b128:    the same with vLLM's own CPU block size, 128 tokens (the project's CPU default is 32);
 - vllm-ngram:   the same with n-gram speculative decoding, 4 draft tokens (replies copy the file they read);
 - vllm-serve:   a local `vllm serve` of the model with the `vllm` backend's engine flags, reached through an
@@ -66,6 +68,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "batched-int8": {"backend": "transformers", "concurrency": None, "env": {}, "model_suffix": "-int8"},
     "vllm-ticks": {"backend": "vllm", "concurrency": None, "env": {}, "flags": ["--no-streaming"]},
     "vllm": {"backend": "vllm", "concurrency": None, "env": {}},
+    "vllm-c32": {"backend": "vllm", "concurrency": 32, "env": {}},
     "vllm-b128": {"backend": "vllm", "concurrency": None, "env": {"AGENT_HARNESS_VLLM_BLOCK_SIZE": "128"}},
     "vllm-ngram": {"backend": "vllm", "concurrency": None, "env": {"AGENT_HARNESS_VLLM_NGRAM": "4"}},
     "vllm-serve": {"backend": "openai", "concurrency": None, "env": {}, "serve": True},

@@ -1,8 +1,8 @@
 """Run models × scenarios × tasks: traces, scoring and resume, one model at a time.
 
-For each model, up to `concurrency` episodes run at once, each a plain loop in a worker thread; the
-backend batches the requests they have in flight. A finished episode is scored, embedded and written,
-and the next task starts.
+For each model, up to `concurrency` episodes run at once (by default its backend's `in_flight`), each
+a plain loop in a worker thread; the backend batches the requests they have in flight. A finished
+episode is scored, embedded and written, and the next task starts.
 
 The parts live apart: `planning` (configuration, jobs, resume), `scheduler` (one model's episodes),
 `run_trace` (each episode's trace), `progress` (progress bar, timing statistics). Their public names
@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 from . import stop
@@ -23,6 +24,7 @@ from .planning import (
     STRATEGIES,
     Job,
     RunConfig,
+    in_flight,
     in_shard,
     model_jobs,
     pending_jobs,
@@ -108,12 +110,15 @@ def _run_models(cfg: RunConfig, embedder: Any) -> dict[str, list[Job]]:
             load_s = time.perf_counter() - t_load
             if backend.info.fallback_reason:
                 log.warning("%s: using %s (%s)", spec.name, backend.info.used, backend.info.fallback_reason)
-            with progress_bar(cfg, len(pending), spec.name) as progress:
+            # the backend that runs (after any fallback) sets the default number in flight
+            model_cfg = replace(cfg, concurrency=in_flight(cfg.concurrency, backend.info.used))
+            with progress_bar(model_cfg, len(pending), spec.name) as progress:
                 ticker = Ticker(progress)
-                mr = ModelRun(cfg, spec, backend, embedder, ticker)
+                mr = ModelRun(model_cfg, spec, backend, embedder, ticker)
                 ticker.run = mr
                 mr.run(pending)
-                stats = run_stats(spec, backend, mr, len(pending), load_s, time.monotonic() - ticker.t0, cfg)
+                stats = run_stats(spec, backend, mr, len(pending), load_s, time.monotonic() - ticker.t0,
+                                  model_cfg)
             cfg.out.mkdir(parents=True, exist_ok=True)
             try:
                 append_text(cfg.out / "runs.jsonl", json.dumps(stats) + "\n")

@@ -26,7 +26,7 @@ from typing import Any
 from . import stop
 from .backends.loop import LoopThread
 from .errors import BackendError, BackendUnavailable, ConfigError, ModelCallFailed, StopRequested, UnusableReply
-from .planning import Job, RunConfig
+from .planning import Job, RunConfig, in_flight
 from .registry import ModelSpec
 from .run_trace import Live, Unstarted, new_trace
 from .scenarios import Scenario, get_scenario
@@ -105,7 +105,8 @@ class ModelRun:
         """Every job, `concurrency` at a time; returns when all are written (or raises a stop request)."""
         with LoopThread() as loop:
             self._loop = loop
-            with ThreadPoolExecutor(max_workers=max(1, self.cfg.concurrency), thread_name_prefix="episode") as pool:
+            workers = in_flight(self.cfg.concurrency, self.backend.info.used)
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="episode") as pool:
                 pending: set[Future[Trace]] = {pool.submit(self._episode, job) for job in jobs}
                 try:
                     while pending:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from agent_harness.planning import in_flight
 from agent_harness.trace import load_traces, validate_trace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -349,3 +350,20 @@ def test_hostile_replies_through_the_cli(tmp_path: Path) -> None:
             assert text.startswith(expected), (kind, text[:200])
         args = [s["args"] for s in data["steps"] if s["type"] == "tool_call"]
         assert args[0]["path"] == "calc\ufffd.py"  # recorded, made valid UTF-8 by the trace writer
+
+
+def test_episodes_in_flight_default_to_the_backends_measured_number(tmp_path: Path) -> None:
+    """Without --concurrency a model runs its backend's default in flight (32 on vllm, whose engine ran
+    faster so; 16 elsewhere), picked by the backend that runs after any fallback; the flag overrides it."""
+    assert (in_flight(None, "vllm"), in_flight(None, "transformers"), in_flight(None, "scripted")) == (32, 16, 16)
+    assert in_flight(5, "vllm") == 5
+    script = tmp_path / "s.jsonl"
+    _write_script(script)
+    for flag, want in (((), 16), (("--concurrency", "3"), 3)):
+        out = tmp_path / f"t{want}"
+        r = cli("--registry", str(_registry(tmp_path, script)), "--models", "oracle", "--agent", "react",
+                "--n", "2", *flag, "--out", str(out), "--no-embed")
+        assert r.returncode == 0, r.stderr
+        [stats] = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines()]
+        assert stats["concurrency"] == want
+        assert {t["agent"]["concurrency"] for t in traces(out).values()} == {want}

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from dataclasses import replace
 from typing import Any
 
 from . import stop
@@ -24,7 +23,6 @@ from .planning import (
     STRATEGIES,
     Job,
     RunConfig,
-    in_flight,
     in_shard,
     model_jobs,
     pending_jobs,
@@ -110,15 +108,12 @@ def _run_models(cfg: RunConfig, embedder: Any) -> dict[str, list[Job]]:
             load_s = time.perf_counter() - t_load
             if backend.info.fallback_reason:
                 log.warning("%s: using %s (%s)", spec.name, backend.info.used, backend.info.fallback_reason)
-            # the backend that runs (after any fallback) sets the default number in flight
-            model_cfg = replace(cfg, concurrency=in_flight(cfg.concurrency, backend.info.used))
-            with progress_bar(model_cfg, len(pending), spec.name) as progress:
+            with progress_bar(cfg, len(pending), spec.name) as progress:
                 ticker = Ticker(progress)
-                mr = ModelRun(model_cfg, spec, backend, embedder, ticker)
+                mr = ModelRun(cfg, spec, backend, embedder, ticker)
                 ticker.run = mr
                 mr.run(pending)
-                stats = run_stats(spec, backend, mr, len(pending), load_s, time.monotonic() - ticker.t0,
-                                  model_cfg)
+                stats = run_stats(spec, backend, mr, len(pending), load_s, time.monotonic() - ticker.t0, mr.cfg)
             cfg.out.mkdir(parents=True, exist_ok=True)
             try:
                 append_text(cfg.out / "runs.jsonl", json.dumps(stats) + "\n")

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import replace
 from typing import Any
 
 from . import stop
@@ -79,7 +80,10 @@ class ModelRun:
 
     def __init__(self, cfg: RunConfig, spec: ModelSpec, backend: Backend, embedder: Any,
                  on_done: Callable[[Trace], None]) -> None:
-        self.cfg, self.spec, self.backend, self.embedder, self.on_done = cfg, spec, backend, embedder, on_done
+        # the backend that runs (after any fallback) sets the default in flight; traces and the run log record it
+        n = in_flight(cfg.concurrency, backend.info.used)
+        self.cfg, self.in_flight = replace(cfg, concurrency=n), max(1, n)
+        self.spec, self.backend, self.embedder, self.on_done = spec, backend, embedder, on_done
         self._scenarios: dict[str, Scenario] = {}
         self._scenario_lock = threading.Lock()
         self._count_lock = threading.Lock()
@@ -105,8 +109,7 @@ class ModelRun:
         """Every job, `concurrency` at a time; returns when all are written (or raises a stop request)."""
         with LoopThread() as loop:
             self._loop = loop
-            workers = in_flight(self.cfg.concurrency, self.backend.info.used)
-            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="episode") as pool:
+            with ThreadPoolExecutor(max_workers=self.in_flight, thread_name_prefix="episode") as pool:
                 pending: set[Future[Trace]] = {pool.submit(self._episode, job) for job in jobs}
                 try:
                     while pending:

@@ -69,9 +69,13 @@ def _stream(base_url: str, name: str, load: Load, stop: threading.Event, max_tok
 
 
 @contextlib.contextmanager
-def engine_load(model: str, out: Path, streams: int = 8, max_tokens: int = 256) -> Iterator[Load]:
+def engine_load(model: str, out: Path, streams: int = 8, max_tokens: int = 256,
+                cpus: list[int] | None = None) -> Iterator[Load]:
     """A `vllm serve` of `model` decoding `streams` requests at a time while the block runs; its log is
-    `out/load-engine.log`. Yields once the engine has finished its first reply (it is then at full load)."""
+    `out/load-engine.log`. Yields once the engine has finished its first reply (it is then at full load).
+    `cpus`: the cores the second engine is pinned to (default: every core this process may use). On a
+    small machine an unpinned loader can take nearly all of it; pinned to some cores, it shares just
+    those with the measured engine."""
     from vllm_server import VllmServer
 
     from agent_harness.registry import load_registry
@@ -79,6 +83,7 @@ def engine_load(model: str, out: Path, streams: int = 8, max_tokens: int = 256) 
     spec = load_registry(None).resolve(model)[0]
     out.mkdir(parents=True, exist_ok=True)
     srv = VllmServer.for_spec(spec, out / "load-engine.log", f"load-{spec.name}")
+    srv.cpus = sorted(set(cpus)) if cpus else None
     stop = threading.Event()
     threads: list[threading.Thread] = []
     try:
@@ -104,14 +109,29 @@ def engine_load(model: str, out: Path, streams: int = 8, max_tokens: int = 256) 
             t.join(10)
 
 
+def cpu_list(text: str) -> list[int]:
+    """``"1"``, ``"0-1"``, ``"0,2-3"`` → the cores (argparse type)."""
+    cpus: list[int] = []
+    try:
+        for part in text.split(","):
+            lo, _, hi = part.partition("-")
+            cpus += range(int(lo), int(hi or lo) + 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a core list: {text!r} (e.g. 1 or 0-1)") from None
+    if not cpus:
+        raise argparse.ArgumentTypeError(f"not a core list: {text!r} (e.g. 1 or 0-1)")
+    return cpus
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="qwen2.5-coder-0.5b")
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--streams", type=int, default=8)
     ap.add_argument("--out", type=Path, default=Path("/tmp/load-engine"))
+    ap.add_argument("--cpus", type=cpu_list, default=None, help="pin the engine to these cores, e.g. 1 or 0-1")
     args = ap.parse_args()
-    with engine_load(args.model, args.out, args.streams) as load:
+    with engine_load(args.model, args.out, args.streams, cpus=args.cpus) as load:
         time.sleep(args.seconds)
         print(f"[load] {load.replies} replies, {load.completion_tokens} completion tokens, "
               f"{load.tok_per_s():.1f} tok/s, {load.errors} errors")

@@ -4,11 +4,14 @@
     .venv/bin/python bench/throughput.py [--n 20] [--configs sequential,batched,vllm] [--concurrency 16]
     .venv/bin/python bench/throughput.py --old-tree /tmp/old --configs old:vllm,vllm   # a commit against HEAD
     .venv/bin/python bench/throughput.py ... --load 8       # the same with a second engine loading the cores
+    .venv/bin/python bench/throughput.py ... --load 8 --load-cpus 1   # that engine pinned to core 1
 
 A config prefixed `old:` runs from `--old-tree` (a `git worktree` of an earlier commit), so two commits
 are compared side by side in one run on one machine; the old tree reads this checkout's prepared
 weights (AGENT_HARNESS_CACHE). `--load N` runs every config beside a second vLLM engine of the same
-model decoding N sampled requests at a time (bench/load_engine.py), as when two sweeps share the cores.
+model decoding N sampled requests at a time (bench/load_engine.py), as when two sweeps share the cores;
+`--load-cpus` pins that engine to some cores (on 2 cores an unpinned one took 150-170 % of the CPU and
+left the measured engine 5-25 %; pinned to one core it shares only that core with the row).
 
 Every configuration runs `run_agents.py` in its own process on the same model, tasks and greedy
 settings, with embeddings on unless `--args=--no-embed` (they are part of the harness overhead):
@@ -57,7 +60,9 @@ from pathlib import Path
 from typing import Any
 
 from _machine import cpu_name, run_row  # bench/ is on sys.path when a benchmark runs as a script
-from load_engine import engine_load
+from load_engine import cpu_list, engine_load
+
+from agent_harness.backends.vllm_config import cpu_id_list
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "RESULTS.md"
@@ -155,6 +160,8 @@ def main() -> int:
     ap.add_argument("--old-tree", type=Path, default=None, help="a worktree of an earlier commit, for `old:` configs")
     ap.add_argument("--args", default="", help="more run_agents.py flags for every config, as --args='--flag value'")
     ap.add_argument("--load", type=int, default=0, help="a second engine decoding this many requests (0: quiet)")
+    ap.add_argument("--load-cpus", type=cpu_list, default=None,
+                    help="pin the second engine to these cores (e.g. 1): it then shares only them with the rows")
     ap.add_argument("--keep", type=Path, default=None, help="keep the traces under this folder")
     ap.add_argument("--no-write", action="store_true", help="print only; do not append to RESULTS.md")
     args = ap.parse_args()
@@ -172,7 +179,8 @@ def main() -> int:
     # SIGTERM unwinds: run_row stops the row's run and engine_load stops the second engine
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     results, shares = [], []
-    with engine_load(args.model, base, args.load) if args.load else contextlib.nullcontext() as load:
+    with (engine_load(args.model, base, args.load, cpus=args.load_cpus) if args.load
+          else contextlib.nullcontext()) as load:
         for name in names:
             t0, k0 = time.monotonic(), load.completion_tokens if load else 0
             results.append(run_config(name, args, base / name))
@@ -180,7 +188,8 @@ def main() -> int:
                 shares.append(f"{name} {(load.completion_tokens - k0) / (time.monotonic() - t0):.1f}")
         load_note = "quiet machine" if not load else (
             f"loaded: a second vLLM engine of {args.model} decoding {args.load} sampled requests at a time "
-            f"throughout (its own tok/s while each row ran, load included: {', '.join(shares)}; "
+            + (f"pinned to core(s) {cpu_id_list(args.load_cpus)} " if args.load_cpus else "")
+            + f"throughout (its own tok/s while each row ran, load included: {', '.join(shares)}; "
             f"{load.errors} errors)")
 
     ref = results[0]

@@ -34,7 +34,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from agent_harness.backends.engine_process import LOG_READ, read_log, root_cause  # noqa: E402
-from agent_harness.backends.vllm_config import apply_cpu_env, engine_config  # noqa: E402
+from agent_harness.backends.vllm_config import apply_cpu_env, cpu_id_list, engine_config  # noqa: E402
 from agent_harness.trace_io import open_append  # noqa: E402
 
 STOP_GRACE_S = 30.0  # SIGTERM to the server, then its process group is killed
@@ -123,13 +123,16 @@ class VllmServer:
     """`vllm serve MODEL` on 127.0.0.1:port as `served_name`, under a watchdog; `start`, `wait_healthy`, `stop`.
 
     `engine`: engine arguments (`cli_flags`); `env`: variables over the inherited environment;
-    `cuda`: False adds the CPU variables (`apply_cpu_env`).
+    `cuda`: False adds the CPU variables (`apply_cpu_env`); `cpus`: the cores the server and its engine
+    may run on (default: this process's), its engine's threads bound to them.
     """
 
     def __init__(self, model: str | Path, port: int, log: Path, *, served_name: str, engine: dict[str, Any],
-                 env: dict[str, str] | None = None, cuda: bool = False, grace_s: float = STOP_GRACE_S) -> None:
+                 env: dict[str, str] | None = None, cuda: bool = False, grace_s: float = STOP_GRACE_S,
+                 cpus: list[int] | None = None) -> None:
         self.model, self.port, self.log, self.served_name = str(model), port, log, served_name
         self.engine, self.env, self.cuda, self.grace_s = dict(engine), dict(env or {}), cuda, grace_s
+        self.cpus = sorted(set(cpus)) if cpus else None
         self.proc: subprocess.Popen[bytes] | None = None
         self._log_start = 0  # where this start's output begins in the log
 
@@ -171,6 +174,8 @@ class VllmServer:
         env.setdefault("VLLM_LOGGING_LEVEL", "INFO")
         if not self.cuda:
             apply_cpu_env(env)
+        if self.cpus:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_id_list(self.cpus)
         return {**env, **self.env}
 
     def start(self) -> None:
@@ -183,9 +188,13 @@ class VllmServer:
             self._log_start = os.fstat(fd).st_size
             self.proc = subprocess.Popen(watched(self.command(), self.grace_s), stdin=subprocess.DEVNULL,
                                          stdout=fd, stderr=subprocess.STDOUT, env=self.server_env(),
-                                         cwd=self.log.parent, start_new_session=True)
+                                         cwd=self.log.parent, start_new_session=True,
+                                         preexec_fn=self._pin if self.cpus else None)
         finally:
             os.close(fd)
+
+    def _pin(self) -> None:
+        os.sched_setaffinity(0, self.cpus or [])
 
     def wait_healthy(self, timeout_s: float = 900.0) -> float:
         """Seconds until `/health` answered 200; ServerError (naming the cause) if the server exits or

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -25,13 +25,17 @@ from .types import Task
 # in-process engine: 32 ran all 164 HumanEvalFix tasks (react, 0.5B) 1.16x faster than 16 at a mean batch
 # of 29.4 against 14.9 (bench/RESULTS.md, 2026-11-28). The others keep 16: transformers pads one batched
 # generate to its longest row, and an openai endpoint caps its own requests (`concurrency` in models.yaml).
+# A model's own `in_flight` in models.yaml comes first (the 1.5B ran no faster at 32).
 IN_FLIGHT = {"vllm": 32}
 DEFAULT_IN_FLIGHT = 16
 
 
-def in_flight(concurrency: int | None, backend: str) -> int:
-    """Episodes in flight for a model that `backend` runs: --concurrency, else that backend's default."""
-    return concurrency if concurrency is not None else IN_FLIGHT.get(backend, DEFAULT_IN_FLIGHT)
+def in_flight(concurrency: int | None, backend: str, model: Mapping[Any, int] | None = None) -> int:
+    """Episodes in flight for a model that `backend` runs: --concurrency, else the model's own number for
+    that backend (`in_flight` in models.yaml), else the backend's default."""
+    if concurrency is not None:
+        return concurrency
+    return (model or {}).get(backend) or IN_FLIGHT.get(backend, DEFAULT_IN_FLIGHT)
 
 
 @dataclass

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -159,6 +159,10 @@ class ModelSpec(_Strict):
     tool_parser: str | None = Field(
         None, exclude=True, description="vLLM's --tool-call-parser for this model (hermes for Qwen2.5): the served "
         "model then answers chat requests with `tools` in structured tool calls.")
+    in_flight: dict[BackendName, Annotated[int, Field(ge=1)]] = Field(
+        default_factory=dict, exclude=True, description="Episodes in flight by default, by the backend that runs "
+        "the model (e.g. {vllm: 16}); unset: that backend's default; --concurrency overrides both. Not part of "
+        "the fingerprint: runs.jsonl and the trace record the number used.")
     description: str = ""
     start_delay_s: float = Field(
         0.0, ge=0.0, exclude=True, description="scripted backend: its start waits this long for a child process "

@@ -81,7 +81,7 @@ class ModelRun:
     def __init__(self, cfg: RunConfig, spec: ModelSpec, backend: Backend, embedder: Any,
                  on_done: Callable[[Trace], None]) -> None:
         # the backend that runs (after any fallback) sets the default in flight; traces and the run log record it
-        n = in_flight(cfg.concurrency, backend.info.used)
+        n = in_flight(cfg.concurrency, backend.info.used, spec.in_flight)
         self.cfg, self.in_flight = replace(cfg, concurrency=n), max(1, n)
         self.spec, self.backend, self.embedder, self.on_done = spec, backend, embedder, on_done
         self._scenarios: dict[str, Scenario] = {}

@@ -44,6 +44,10 @@ BAD = {
     "bad_default": ("default: zzz\nmodels:\n  - {name: a, backend: scripted, script: oracle}\n", "default"),
     "bad_sha": ("models:\n  - name: a\n    backend: transformers\n    offline: {packages: [p], sha256: abc, "
                 "filename: f.gguf}\n", "models[a].offline.sha256"),
+    "zero_in_flight": ("models:\n  - {name: a, backend: vllm, hf_id: x, in_flight: {vllm: 0}}\n",
+                       "models[a].in_flight.vllm"),
+    "in_flight_unknown_backend": ("models:\n  - {name: a, backend: vllm, hf_id: x, in_flight: {gpu: 8}}\n",
+                                  "models[a].in_flight.gpu"),
 }
 
 

@@ -353,15 +353,22 @@ def test_hostile_replies_through_the_cli(tmp_path: Path) -> None:
 
 
 def test_episodes_in_flight_default_to_the_backends_measured_number(tmp_path: Path) -> None:
-    """Without --concurrency a model runs its backend's default in flight (32 on vllm, whose engine ran
-    faster so; 16 elsewhere), picked by the backend that runs after any fallback; the flag overrides it."""
+    """Without --concurrency a model runs its own number for the backend that runs it (`in_flight` in
+    models.yaml), else that backend's default (32 on vllm, whose engine ran faster so; 16 elsewhere),
+    picked by the backend that runs after any fallback; the flag overrides both."""
     assert (in_flight(None, "vllm"), in_flight(None, "transformers"), in_flight(None, "scripted")) == (32, 16, 16)
     assert in_flight(5, "vllm") == 5
+    own = {"vllm": 12}
+    assert in_flight(None, "vllm", own) == 12 and in_flight(5, "vllm", own) == 5
+    assert in_flight(None, "transformers", own) == 16  # after a fallback: that backend's default
     script = tmp_path / "s.jsonl"
     _write_script(script)
-    for flag, want in (((), 16), (("--concurrency", "3"), 3)):
-        out = tmp_path / f"t{want}"
-        r = cli("--registry", str(_registry(tmp_path, script)), "--models", "oracle", "--agent", "react",
+    reg = _registry(tmp_path, script)
+    reg.write_text(reg.read_text() + "  - {name: own, backend: scripted, script: oracle, in_flight: {scripted: 3}}\n")
+    for model, flag, want in (("oracle", (), 16), ("oracle", ("--concurrency", "5"), 5), ("own", (), 3),
+                              ("own", ("--concurrency", "5"), 5)):
+        out = tmp_path / f"t-{model}-{want}"
+        r = cli("--registry", str(reg), "--models", model, "--agent", "react",
                 "--n", "2", *flag, "--out", str(out), "--no-embed")
         assert r.returncode == 0, r.stderr
         [stats] = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines()]

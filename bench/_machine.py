@@ -3,6 +3,7 @@ machines) and how they run a harness run of a row."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,22 @@ def cpu_name(default: str = "unknown CPU") -> str:
     except OSError:
         pass
     return default
+
+
+def cpu_flags() -> set[str]:
+    """The `flags` of /proc/cpuinfo's first core (avx2, avx512_bf16, amx_tile...); empty where there is none."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def mem_gib() -> float:
+    """The machine's RAM in GiB."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
 
 
 def run_row(cmd: list[str], grace_s: float = 60.0, **popen: Any) -> subprocess.CompletedProcess[str]:

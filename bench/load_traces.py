@@ -22,6 +22,8 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+from _machine import cpu_name, mem_gib  # bench/ is on sys.path when a benchmark runs as a script
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "RESULTS.md"
 sys.path.insert(0, str(ROOT))
@@ -43,7 +45,7 @@ def _generate(args: tuple[Path, int, int, int, int, int]) -> int:
     """Write traces number `start` .. `stop` - 1 (4 models, tasks numbered per model)."""
     import numpy as np
 
-    from analysis import _synthetic as syn
+    from agent_harness.analysis import _synthetic as syn
 
     root, start, stop, turns, dim, models = args
     rng = np.random.default_rng(start)
@@ -69,16 +71,7 @@ def load_once(root: Path) -> dict[str, Any]:
 
 
 def machine() -> str:
-    cpu = platform.processor() or "?"
-    mem = "?"
-    try:
-        info = Path("/proc/cpuinfo").read_text().splitlines()
-        cpu = next((x.split(":", 1)[1].strip() for x in info if x.startswith("model name")), cpu)
-        meminfo = Path("/proc/meminfo").read_text().splitlines()
-        kb = next(int(x.split()[1]) for x in meminfo if x.startswith("MemTotal"))
-        mem = f"{kb / 1024**2:.1f}"
-    except (OSError, StopIteration):
-        pass
+    cpu, mem = cpu_name(platform.processor() or "?"), f"{mem_gib():.1f}"
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     return (f"Machine: {cpu}, {os.cpu_count()} cores, {mem} GiB RAM, load average {os.getloadavg()[0]:.1f} "
             f"at the end. Python {platform.python_version()}, numpy {version('numpy')}, pandas "

@@ -64,17 +64,16 @@ def measure(n: int) -> list[dict[str, object]]:
         modes = ["bwrap", "rlimit"] if bwrap_problem() is None else ["rlimit"]
         for mode in [*modes, "none"]:
             for name, cmd in COMMANDS.items():
-                if mode == "none":
-                    def fn(cmd: list[str] = cmd) -> bool:
+                def fn(cmd: list[str] = cmd, mode: str = mode) -> bool:
+                    if mode == "none":
                         return subprocess.run(cmd, cwd=cwd, env=BARE_ENV, capture_output=True,
                                               stdin=subprocess.DEVNULL).returncode == 0
-                else:
-                    def fn(cmd: list[str] = cmd, mode: str = mode) -> bool:
-                        return run_sandboxed(cmd, cwd, Limits(), sandbox=mode).ok
+                    return run_sandboxed(cmd, cwd, Limits(), sandbox=mode).ok
                 times = timed(fn, n)
-                rows.append({"sandbox": mode, "command": name, "n": n, "median": statistics.median(times),
-                             "p95": p95(times), "min": min(times)})
-                print(f"{mode:7} {name:16} median {rows[-1]['median'] * 1e3:6.1f} ms", file=sys.stderr)
+                median = statistics.median(times)
+                rows.append({"sandbox": mode, "command": name, "n": n, "median": median, "p95": p95(times),
+                             "min": min(times)})
+                print(f"{mode:7} {name:16} median {median * 1e3:6.1f} ms", file=sys.stderr)
         if "bwrap" not in modes:
             rows.append({"sandbox": "bwrap", "command": "-", "n": 0, "error": bwrap_problem()})
     finally:

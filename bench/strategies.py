@@ -51,7 +51,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from _machine import cpu_name, run_row  # noqa: E402  (bench/ is on sys.path when a benchmark runs as a script)
+from _machine import cpu_flags, cpu_name, run_row  # noqa: E402  (bench/ is on sys.path when a benchmark runs as a script)
 
 from agent_harness.metrics import aggregate_pass_at_k, bootstrap_interval, wilson_interval  # noqa: E402
 from agent_harness.trace import load_traces  # noqa: E402
@@ -95,10 +95,8 @@ TABLE = ("single-shot", "reflect", "react-full", "react-condensed", "reflect-rea
 
 
 def machine() -> str:
-    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     cpu = cpu_name(platform.processor() or "unknown CPU")
-    flags = set(next((ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags")), []))
-    bf16 = "yes" if "avx512_bf16" in flags else "no"
+    bf16 = "yes" if "avx512_bf16" in cpu_flags() else "no"
     return f"{cpu}, {len(os.sched_getaffinity(0))} cores, AVX-512 BF16: {bf16}"
 
 

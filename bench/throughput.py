@@ -59,7 +59,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from _machine import cpu_name, run_row  # bench/ is on sys.path when a benchmark runs as a script
+from _machine import cpu_flags, cpu_name, mem_gib, run_row  # bench/ is on sys.path when a benchmark runs as a script
 from load_engine import cpu_list, engine_load
 
 from agent_harness.backends.vllm_config import cpu_id_list
@@ -84,10 +84,10 @@ CONFIGS: dict[str, dict[str, Any]] = {
 
 def _machine() -> str:
     cpu = cpu_name()
-    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    isa = "AMX" if " amx_tile" in flags else "AVX-512" if " avx512f" in flags else "AVX2" if " avx2" in flags else "?"
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{cpu}, {len(os.sched_getaffinity(0))} cores ({isa}), {mem:.1f} GiB RAM, Python {platform.python_version()}"
+    flags = cpu_flags()
+    isa = "AMX" if "amx_tile" in flags else "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "?"
+    cores = len(os.sched_getaffinity(0))
+    return f"{cpu}, {cores} cores ({isa}), {mem_gib():.1f} GiB RAM, Python {platform.python_version()}"
 
 
 def _git(tree: Path = ROOT) -> str:

@@ -78,7 +78,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="run only tasks whose index %% N == I (0 <= I < N): N processes with the same flags and "
                         "--out split a run; each summary covers every trace there, the last one all of them")
     p.add_argument("--concurrency", type=int, default=None,
-                   help="episodes in flight per model (default: 32 on vllm, measured fastest; 16 otherwise)")
+                   help="episodes in flight per model (default: the model's `in_flight` in models.yaml, else "
+                        "32 on vllm, measured fastest, and 16 otherwise)")
     p.add_argument("--seed", type=int, default=0)
     _add_strategy(p)
     p.add_argument("--mode", choices=["agent", "single-shot"], default=None,

@@ -337,7 +337,9 @@ def rebuild_prompt(trace: Mapping[str, Any], turn: int) -> Conversation:
             exchanges = []
         if t == turn:
             break
-        raw = next(s.raw for s in group if isinstance(s, Opens) and s.raw is not None)
+        raw = next((s.raw for s in group if isinstance(s, Opens) and s.raw is not None), None)
+        if raw is None:
+            raise ValueError(f"turn {t} of the trace has no reply to rebuild the prompt from")
         end = next((s for s in group if isinstance(s, Answer)), None)
         answer = None if end is None else user_message(end, reminder, native, submit)
         call = next((s for s in group if isinstance(s, ToolCall)), None)

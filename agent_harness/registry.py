@@ -9,7 +9,6 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -21,7 +20,7 @@ from pydantic import (
     model_validator,
 )
 
-from .errors import ConfigError, validation_error
+from .errors import ConfigError, read_yaml, validation_error
 from .types import GenParams
 
 BackendName = Literal["transformers", "vllm", "openai", "scripted"]
@@ -235,14 +234,7 @@ def default_registry_path() -> Path:
 def load_registry(path: str | os.PathLike[str] | None = None) -> Registry:
     """Load and validate a registry file (default: `default_registry_path()`); one-line ConfigError on any problem."""
     p = Path(path) if path else default_registry_path()
-    if not p.is_file():
-        raise ConfigError(f"{p}: registry file not found")
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{p}:{where} invalid YAML: {getattr(e, 'problem', e)}") from None
+    data = read_yaml(p, "registry")
     if not isinstance(data, dict) or "models" not in data:
         raise ConfigError(f"{p}: top level must be a mapping with a 'models' list")
     try:

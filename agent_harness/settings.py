@@ -41,7 +41,7 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "vllm_block_size": ("vLLM KV block size (prefix cache granularity)", "a multiple of 16 (default 32 on CPU)"),
     "vllm_ngram": ("vLLM n-gram speculative decoding: draft tokens per step", "1 to 16 (default off)"),
     "vllm_gpu_util": ("vLLM gpu_memory_utilization (CUDA)", "a fraction in (0, 1]"),
-    "vllm_stream_interval": ("a `vllm serve` the harness starts (--serve): tokens per streamed chunk",
+    "vllm_stream_interval": ("a `vllm serve` a benchmark starts (bench/): tokens per streamed chunk",
                              "1 to 64 (default 1)"),
     "openai_backoff_s": ("openai backend: base delay between retries", "seconds >= 0 (default 1)"),
     "engine_log": ("vLLM's own log lines go to this file (the CLI sets <out>/engine.log)", "a file path"),

@@ -140,8 +140,8 @@ class Backend(Protocol):
     """Completes one conversation; concurrent calls are batched inside the backend.
 
     Implementations: transformers (a queue that gathers concurrent requests into one batched
-    generate), vllm (a local vLLM server the backend owns, reached like `openai`), openai (an async
-    client over an endpoint pool), scripted. `params.seed` is this request's own seed
+    generate), vllm (vLLM's `AsyncLLM` engine in this process), openai (an async client over an
+    endpoint pool), scripted. `params.seed` is this request's own seed
     (`request_seed`): a sampled reply never depends on which requests share its batch. A
     conversation that ends with an assistant message is continued (a prefilled turn). `meta` says
     which episode asks; only scripted models use it. `close` frees the model; it is called once, from

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 from backend_contract import CONVS, COUNT, batch_of_three, observation_stays_text, stop_string_cuts_generation
+from process_groups import group_alive
 
 from agent_harness.backends import load_backend
-from agent_harness.backends.engine_process import group_alive
 from agent_harness.backends.hf import HFBackend
 from agent_harness.backends.loop import complete_all
 from agent_harness.backends.vllm_backend import VLLMBackend

@@ -82,6 +82,14 @@ def test_bad_registry_one_line(tmp_path: Path, case: str) -> None:
     assert expected in msg
 
 
+def test_registry_not_utf8_one_line(tmp_path: Path) -> None:
+    p = tmp_path / "m.yaml"
+    p.write_bytes(b"models:\n  - name: \xff\xfe\n")
+    with pytest.raises(ConfigError, match=r"m.yaml: cannot read the registry file: 'utf-8' codec") as err:
+        load_registry(p)
+    assert "\n" not in str(err.value)
+
+
 def test_temperature_schedule() -> None:
     from agent_harness.registry import ModelSpec
 

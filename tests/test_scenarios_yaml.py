@@ -203,6 +203,9 @@ def test_bad_yaml_and_duplicates(tmp_path: Path) -> None:
     path = write_scenario(tmp_path, "description: [unclosed\n")
     with pytest.raises(ConfigError, match=r"scenario.yaml: line \d+ invalid YAML"):
         YamlScenario(path)
+    path.write_bytes(b"description: \xff\xfe\n")  # not UTF-8: one line, not a traceback
+    with pytest.raises(ConfigError, match=r"scenario.yaml: cannot read the scenario file: 'utf-8' codec"):
+        YamlScenario(path)
     path = write_scenario(tmp_path, GOOD + GOOD[GOOD.index("  - id: t1"):])
     with pytest.raises(ConfigError, match=r"tasks\[t1\]: duplicate task id"):
         YamlScenario(path)

@@ -41,9 +41,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from process_groups import group_alive
 from vllm_server import ServerError, VllmServer, cli_flags, free_port
 
-from agent_harness.backends.engine_process import group_alive
 from agent_harness.backends.openai_prompt import IDS
 
 ROOT = Path(__file__).resolve().parent.parent

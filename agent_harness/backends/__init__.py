@@ -20,11 +20,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# name -> "module:factory"; a factory takes (spec) and returns a Backend.
+# name -> "module:factory"; a factory (a backend class, or a function) takes (spec) and returns a Backend.
 BACKENDS: dict[str, str] = {
-    "transformers": "agent_harness.backends.hf:create",
-    "vllm": "agent_harness.backends.vllm_backend:create",
-    "openai": "agent_harness.backends.openai_backend:create",
+    "transformers": "agent_harness.backends.hf:HFBackend",
+    "vllm": "agent_harness.backends.vllm_backend:VLLMBackend",
+    "openai": "agent_harness.backends.openai_backend:OpenAIBackend",
     "scripted": "agent_harness.backends.scripted:create",
 }
 FALLBACKS: dict[str, str] = {"vllm": "transformers"}

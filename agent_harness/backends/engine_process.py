@@ -1,5 +1,5 @@
-"""The processes of a local engine: whether a process group is empty, its log read back and the root cause
-of a failed start found in it, and leftover child processes reaped."""
+"""The processes of a local engine: its log read back, the root cause of a failed start found in it, and
+leftover child processes reaped."""
 
 from __future__ import annotations
 
@@ -11,28 +11,6 @@ from pathlib import Path
 from typing import Any
 
 LOG_READ = 65536  # bytes of the log's end read for a failed start's cause
-
-
-def group_alive(pgid: int) -> bool:
-    """Whether a process that has not exited is left in process group `pgid` (zombies waiting to be
-    reaped do not count); on a system without /proc, whether the group can still be signalled."""
-    proc = Path("/proc")
-    if not proc.is_dir():
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    for stat_file in proc.glob("[0-9]*/stat"):
-        try:
-            fields = stat_file.read_text().rsplit(")", 1)[1].split()  # after "pid (comm)": state ppid pgrp ...
-        except (OSError, IndexError):
-            continue
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-            return True
-    return False
 
 
 _EXC_LINE = re.compile(r"\b([A-Za-z_][\w.]*(?:Error|Exception|Exit)): (.+)")

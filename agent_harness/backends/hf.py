@@ -353,8 +353,3 @@ class HFBackend:
             import torch
 
             torch.cuda.empty_cache()
-
-
-def create(spec: ModelSpec) -> HFBackend:
-    """Factory named in `backends.BACKENDS`."""
-    return HFBackend(spec)

@@ -322,8 +322,3 @@ class OpenAIBackend:
             said = next(filter(None, m.groups())) if m else ""
             raise ContextTooLong(f"{ep.url}: HTTP 400: {msg}", int(said) if len(said) < 12 else None)
         raise BackendUnavailable(f"{ep.url}: HTTP {status}: {msg}")
-
-
-def create(spec: ModelSpec) -> OpenAIBackend:
-    """Factory named in `backends.BACKENDS`."""
-    return OpenAIBackend(spec)

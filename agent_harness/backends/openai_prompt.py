@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, MissingExtraError
+from ..protocol.native import tool_schemas
 from ..types import Conversation, Message, ToolSpec
 from .chat_ids import continued
 from .local import encode, load_tokenizer
@@ -89,7 +90,7 @@ class PromptEncoder:
         `tools` (native protocol: rendered by the template here, or sent as the API's `tools`);
         BackendError when it cannot be encoded without turning text into tokens."""
         if self.tokenizer is None:
-            schemas = _schemas(tools)
+            schemas = tool_schemas(tools)
             fields: dict[str, Any] = {"messages": [api_message(m) for m in conv]}
             if continued(conv):  # vLLM's (and SGLang's) extension; an endpoint without it refuses the request
                 fields |= {"continue_final_message": True, "add_generation_prompt": False}
@@ -101,15 +102,6 @@ class PromptEncoder:
         with self._lock:
             ids = encode(self.tokenizer, conv, chat_template, tools)
         return Prompt({"prompt": ids}, len(ids), len(ids))
-
-
-def _schemas(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
-    """The OpenAI function schemas of `tools` (none: an empty list)."""
-    if not tools:
-        return []
-    from ..protocol.native import tool_schemas
-
-    return tool_schemas(tools)
 
 
 def api_message(m: Message) -> dict[str, Any]:

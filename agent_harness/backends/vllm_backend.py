@@ -215,8 +215,3 @@ class VLLMBackend:
         if self._temp_log is not None:
             with contextlib.suppress(OSError):
                 self._temp_log.unlink()
-
-
-def create(spec: ModelSpec) -> VLLMBackend:
-    """Factory named in `backends.BACKENDS`."""
-    return VLLMBackend(spec)

@@ -17,6 +17,7 @@ reused by later runs, ``VLLM_USE_AOT_COMPILE=0`` (its AOT cache failed to reload
 from __future__ import annotations
 
 from collections.abc import MutableMapping
+from itertools import groupby
 from pathlib import Path
 from typing import Any
 
@@ -28,18 +29,8 @@ CPU_BLOCK_SIZE = 32
 
 def cpu_id_list(cpus: list[int]) -> str:
     """``[0, 1, 2, 5, 7, 8]`` → ``"0-2,5,7-8"`` (vLLM's VLLM_CPU_OMP_THREADS_BIND syntax)."""
-    parts: list[str] = []
-    start = prev = None
-    for c in sorted(set(cpus)):
-        if prev is not None and c == prev + 1:
-            prev = c
-            continue
-        if start is not None:
-            parts.append(f"{start}-{prev}" if prev != start else str(start))
-        start = prev = c
-    if start is not None:
-        parts.append(f"{start}-{prev}" if prev != start else str(start))
-    return ",".join(parts)
+    runs = [[c for _, c in g] for _, g in groupby(enumerate(sorted(set(cpus))), key=lambda ic: ic[1] - ic[0])]
+    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
 
 
 def cpu_env() -> dict[str, str]:

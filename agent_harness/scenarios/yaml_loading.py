@@ -18,10 +18,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-import yaml
 from pydantic import ValidationError
 
-from ..errors import ConfigError, validation_error
+from ..errors import ConfigError, read_yaml, validation_error
 from ..types import ScoreResult, Task
 from .yaml_checks import CheckState, ignored, score_checks
 from .yaml_schema import (
@@ -89,14 +88,7 @@ class YamlScenario:
 
     # -- reading -------------------------------------------------------------------------
     def _read_yaml(self) -> Any:
-        if not self.path.is_file():
-            raise ConfigError(f"{self.path}: scenario file not found")
-        try:
-            data = yaml.safe_load(self.path.read_text(encoding="utf-8"))
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            where = f" line {mark.line + 1}" if mark else ""
-            raise ConfigError(f"{self.path}:{where} invalid YAML: {getattr(e, 'problem', e)}") from None
+        data = read_yaml(self.path, "scenario")
         if not isinstance(data, dict):
             raise ConfigError(f"{self.path}: top level must be a mapping (description, labels, tasks, score)")
         return data

@@ -9,8 +9,9 @@
   baseline, kept for continuity: a system message asks for the fixed function in a code block, which
   is extracted and applied. Traces of strategy ``single_shot`` before schema 1.7 were this one.
 
-Step functions over `EpisodeState` like `react.Episode` and `reflect.ReflectEpisode`, so the runner's
-batched and streaming loops run them unchanged and their traces have the same form: one `final` step.
+Each is one completion, as `run` reads top to bottom (`prompt`, `gen_params` and `advance` are its
+parts, which the tests drive one at a time); the trace has the same form as the tool agents': one
+`final` step.
 """
 
 from __future__ import annotations

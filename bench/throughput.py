@@ -20,6 +20,7 @@ settings, with embeddings on unless `--args=--no-embed` (they are part of the ha
                 conversation every step (KV reuse off) — the loop most small harnesses use;
 - batched:      transformers, `--concurrency` episodes per batch, KV caches reused across steps;
 - batched-int8: the same with int8 dynamic quantization (the `-int8` registry entry);
+- batched-c32:  the same with 32 episodes in flight whatever `--concurrency` says;
 - vllm-ticks:   (commits before the async backends only) vLLM, one batch per tick;
 - vllm:         vLLM: each episode's next request goes out as soon as its tool ran (the `vllm` backend's
                 default engine of the tree it runs from);
@@ -71,6 +72,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "sequential": {"backend": "transformers", "concurrency": 1, "env": {"AGENT_HARNESS_HF_KV_REUSE": "0"}},
     "batched": {"backend": "transformers", "concurrency": None, "env": {}},
     "batched-int8": {"backend": "transformers", "concurrency": None, "env": {}, "model_suffix": "-int8"},
+    "batched-c32": {"backend": "transformers", "concurrency": 32, "env": {}},
     "vllm-ticks": {"backend": "vllm", "concurrency": None, "env": {}, "flags": ["--no-streaming"]},
     "vllm": {"backend": "vllm", "concurrency": None, "env": {}},
     "vllm-c32": {"backend": "vllm", "concurrency": 32, "env": {}},

@@ -23,7 +23,7 @@ from .types import Task
 
 # Episodes in flight per model when --concurrency is not given, by the backend that runs them. vLLM's
 # in-process engine: 32 ran all 164 HumanEvalFix tasks (react, 0.5B) 1.16x faster than 16 at a mean batch
-# of 29.4 against 14.9 (bench/RESULTS.md, 2026-11-28). The others keep 16: transformers pads one batched
+# of 29.4 against 14.9 (bench/RESULTS.md, 2026-11-28). The others keep 16: transformers (0.99x at 32) pads one batched
 # generate to its longest row, and an openai endpoint caps its own requests (`concurrency` in models.yaml).
 # A model's own `in_flight` in models.yaml comes first (the 1.5B ran no faster at 32).
 IN_FLIGHT = {"vllm": 32}

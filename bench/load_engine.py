@@ -82,8 +82,7 @@ def engine_load(model: str, out: Path, streams: int = 8, max_tokens: int = 256,
 
     spec = load_registry(None).resolve(model)[0]
     out.mkdir(parents=True, exist_ok=True)
-    srv = VllmServer.for_spec(spec, out / "load-engine.log", f"load-{spec.name}")
-    srv.cpus = sorted(set(cpus)) if cpus else None
+    srv = VllmServer.for_spec(spec, out / "load-engine.log", f"load-{spec.name}", cpus=cpus)
     stop = threading.Event()
     threads: list[threading.Thread] = []
     try:

@@ -138,7 +138,7 @@ class VllmServer:
 
     @classmethod
     def for_spec(cls, spec: Any, log: Path, served_name: str, *, model: str | None = None,
-                 port: int | None = None) -> VllmServer:
+                 port: int | None = None, cpus: list[int] | None = None) -> VllmServer:
         """A server of `spec` with the harness's engine flags (`engine_config`) on `port` (default
         `stable_port(served_name)` when free)."""
         source = model if model is not None else str(served_folder(spec))
@@ -147,7 +147,7 @@ class VllmServer:
             engine |= {"enable_auto_tool_choice": True, "tool_call_parser": spec.tool_parser}
         engine["enable_prompt_tokens_details"] = True
         return cls(source, port if port is not None else free_port(stable_port(served_name)), log,
-                   served_name=served_name, engine=engine, env=env, cuda=cuda)
+                   served_name=served_name, engine=engine, env=env, cuda=cuda, cpus=cpus)
 
     @property
     def dtype(self) -> str:

@@ -232,10 +232,11 @@ CLASS_LIES = ("class Lies:\n    @property\n    def __class__(self):\n        ret
 @pytest.mark.parametrize("source,reason", [
     (INT_SUBCLASS + "def truncate_number(number: float) -> float:\n    return Int(0)\n", "__main__.Int"[9:]),
     (CLASS_LIES + "def truncate_number(number: float) -> float:\n    return Lies()\n", "Lies object"),
-    ("def truncate_number(number: float) -> float:\n    return [number % 1.0, open]\n", "builtin_function"),
+    ("import collections\n\n\nclass Half(collections.namedtuple('Half', 'v')):\n    def __eq__(self, o):\n"
+     "        return True\n\n\ndef truncate_number(number: float) -> float:\n    return Half(1)\n", "Half object"),
     ("import os\nimport sys\n\n\ndef truncate_number(number: float) -> float:\n"
      "    os.write(int(sys.argv[-1]), b'[' * 100000 + b'\\n')\n    return 0.5\n", "malformed reply"),
-], ids=["int-subclass", "class-lies", "nested-function", "garbage-reply"])
+], ids=["int-subclass", "class-lies", "namedtuple-subclass", "garbage-reply"])
 def test_values_that_are_not_plain_data_are_suspicious(source: str, reason: str) -> None:
     res = hidden("Python/2", source)
     assert res.passed is False and reason in res.details["suspicious"], res.output
@@ -245,7 +246,15 @@ def test_values_that_are_not_plain_data_are_suspicious(source: str, reason: str)
 def test_an_exception_from_the_function_is_a_plain_failure(error: str) -> None:
     res = hidden("Python/2", f"def truncate_number(number: float) -> float:\n    raise {error}('x')\n")
     assert res.passed is False and "suspicious" not in res.details, res.output
-    assert f"{error}: " in res.output and f"truncate_number raised {error}" in res.output
+    assert f"{error}: 'x'" in res.output if error == "KeyError" else f"{error}: x" in res.output, res.output
+    assert "hidden_check" not in res.output  # the checker's and worker's own frames are left out
+
+
+def test_a_function_in_the_result_is_no_forgery() -> None:
+    """A function in what the module returns reaches the test as a callable stand-in: the comparison
+    fails as it would in one process, with no flag (closures and factories are honest results)."""
+    res = hidden("Python/2", "def truncate_number(number: float) -> float:\n    return [number % 1.0, open]\n")
+    assert res.passed is False and "suspicious" not in res.details, res.output
 
 
 def test_checker_is_out_of_reach_of_the_module() -> None:

@@ -1,17 +1,20 @@
 """Scoring a HumanEvalFix-shaped task: the dataset's hidden test against the final module, in the sandbox.
 
 The test runs in a checker process that never imports the module; a worker process holds the module
-and answers each call with plain data (hidden_check.py). The checker's names are the entry point and
-the helpers the task's reference code defines, nothing from the module. A module that binds, at its
-top level, a name the test uses (`abs`, `range`, a helper) cannot change what the test means; when
-such a module fails, a probe runs the test the old way, with those names laid over the test's, and
-if it passes there the episode is flagged *suspicious* (the names would have forged the pass).
+and carries out what the test asks of it (the package hidden_check/, copied into the scoring folder).
+The test's specification reaches the checker through a descriptor, never a file, so the code under
+test cannot read it. The checker's names are the entry point and the helpers the task's reference
+code defines, nothing from the module. A module that binds, at its top level, a name the test uses
+(`abs`, `range`, a helper) cannot change what the test means; when such a module fails, a probe
+runs the test the old way, with those names laid over the test's, and if it passes there the
+episode is flagged *suspicious* (the names would have forged the pass).
 """
 
 from __future__ import annotations
 
 import ast
 import json
+import os
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -24,10 +27,11 @@ from . import verdict
 HIDDEN_TIMEOUT_S = 10.0  # bigcode-evaluation-harness uses 10 s for Python
 MAX_OUTPUT_CHARS = 4000
 MAX_REASON = 300
-# Names no module can take: an entry point is an identifier, so its module never starts with a dot.
-HIDDEN_RUNNER = ".hidden_check.py"
-HIDDEN_SPEC = ".hidden_spec.json"
-CHECKER_SOURCE = Path(__file__).with_name("hidden_check.py")  # one file on purpose (400+ lines): run alone
+# A folder no module can take: an entry point is an identifier, so its module never starts with a dot.
+CHECKER_DIR = ".hidden"
+CHECKER_PACKAGE = Path(__file__).with_name("hidden_check")
+BOOT = ("import os, sys; sys.path.insert(0, os.path.abspath({folder!r})); "
+        "from hidden_check.{part} import main; sys.exit(main(sys.argv[1:]))")
 
 
 def _parse(source: str) -> ast.Module | None:
@@ -73,30 +77,53 @@ def shadowing_names(source: str, test: str, entry_point: str) -> list[str]:
 
 
 def hidden_spec(module: str, entry_point: str, test: str, helpers: str = "", names: list[str] | None = None) -> str:
-    """What hidden_check.py runs: the dataset's test, with `helpers` and the entry point as its only
+    """What the checker runs: the dataset's test, with `helpers` and the entry point as its only
     names (and, for the probe, the module's `names` laid over them)."""
     return json.dumps({"module": module.removesuffix(".py"), "entry_point": entry_point, "helpers": helpers,
                        "test": test.strip() + "\n", "names": names or []})
 
 
-def _run(tmp: Path, mode: list[str], timeout_s: float) -> tuple[Any, bytes]:
+def _spec_fd(spec: str) -> int:
+    """A descriptor holding `spec` and nothing on disk: the checker reads it and closes it before the
+    module is imported."""
+    fd = os.memfd_create("hidden-spec", os.MFD_CLOEXEC)
+    data = memoryview(spec.encode("utf-8"))
+    while data:
+        data = data[os.write(fd, data):]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def _run(source: str, module: str, spec: str, part: str, timeout_s: float) -> tuple[Any, bytes]:
+    """Run the checker's `part` ("checker" or "probe") on `source` in a fresh folder, in the sandbox."""
+    from ..safefs import remove_tree
     from ..sandbox import Limits, run_sandboxed
 
-    limits = replace(Limits(), cpu_s=max(1, int(timeout_s)), wall_s=timeout_s)
-    with verdict.channel() as (fd, got):
-        res = run_sandboxed(["python3", "-B", "-P", HIDDEN_RUNNER, *mode, str(fd), HIDDEN_SPEC], tmp,
-                            limits=limits, pass_fds=(fd,))
+    tmp = Path(tempfile.mkdtemp(prefix="hef-score-"))
+    spec_fd = _spec_fd(spec)
+    try:
+        (tmp / module).write_text(source, encoding="utf-8")
+        package = tmp / CHECKER_DIR / "hidden_check"
+        package.mkdir(parents=True)
+        for f in CHECKER_PACKAGE.glob("*.py"):
+            (package / f.name).write_text(f.read_text(encoding="utf-8"), encoding="utf-8")
+        limits = replace(Limits(), cpu_s=max(1, int(timeout_s)), wall_s=timeout_s)
+        with verdict.channel() as (fd, got):
+            boot = BOOT.format(folder=CHECKER_DIR, part=part)
+            res = run_sandboxed(["python3", "-B", "-P", "-c", boot, str(fd), str(spec_fd)], tmp, limits=limits,
+                                pass_fds=(fd, spec_fd))
+    finally:
+        os.close(spec_fd)
+        remove_tree(tmp)
     return res, got[0]
 
 
-def _probe(tmp: Path, source: str, module: str, entry_point: str, test: str, helpers: str,
-           timeout_s: float) -> str | None:
+def _probe(source: str, module: str, entry_point: str, test: str, helpers: str, timeout_s: float) -> str | None:
     """The suspicious reason when the test passes once the module's shadowing names are laid over its own."""
     names = shadowing_names(source, test, entry_point)
     if not names:
         return None
-    (tmp / HIDDEN_SPEC).write_text(hidden_spec(module, entry_point, test, helpers, names), encoding="utf-8")
-    res, got = _run(tmp, ["probe"], timeout_s)
+    res, got = _run(source, module, hidden_spec(module, entry_point, test, helpers, names), "probe", timeout_s)
     report = verdict.parse_report(got) or {}
     laid = report.get("names")
     if report.get("passed") is not True or res.timed_out or type(laid) is not list or not laid:
@@ -108,24 +135,15 @@ def _probe(tmp: Path, source: str, module: str, entry_point: str, test: str, hel
 def run_hidden_test(source: str | None, module: str, entry_point: str, test: str,
                     timeout_s: float = HIDDEN_TIMEOUT_S, *, helpers: str = "") -> ScoreResult:
     """Run `test` against `source` (the module text) in a fresh temp dir, in the sandbox."""
-    from ..safefs import remove_tree
-
     if source is None:
         return ScoreResult(passed=False, output=f"{module} is missing or not a regular file",
                            details={"module": module, "reason": "missing"})
-    tmp = Path(tempfile.mkdtemp(prefix="hef-score-"))
-    try:
-        (tmp / module).write_text(source, encoding="utf-8")
-        (tmp / HIDDEN_RUNNER).write_text(CHECKER_SOURCE.read_text(encoding="utf-8"), encoding="utf-8")
-        (tmp / HIDDEN_SPEC).write_text(hidden_spec(module, entry_point, test, helpers), encoding="utf-8")
-        res, got = _run(tmp, [], timeout_s)
-        report = verdict.parse_report(got) or {}
-        suspicious = report.get("suspicious") if isinstance(report.get("suspicious"), str) else None
-        reported_pass = report.get("passed") is True
-        if report and not reported_pass and not suspicious and not res.timed_out:
-            suspicious = _probe(tmp, source, module, entry_point, test, helpers, timeout_s)
-    finally:
-        remove_tree(tmp)
+    res, got = _run(source, module, hidden_spec(module, entry_point, test, helpers), "checker", timeout_s)
+    report = verdict.parse_report(got) or {}
+    suspicious = report.get("suspicious") if isinstance(report.get("suspicious"), str) else None
+    reported_pass = report.get("passed") is True
+    if report and not reported_pass and not suspicious and not res.timed_out:
+        suspicious = _probe(source, module, entry_point, test, helpers, timeout_s)
     output = truncate((res.stdout + ("\n" if res.stdout and res.stderr else "") + res.stderr).strip(), MAX_OUTPUT_CHARS)
     details: dict[str, Any] = {}
     if isinstance(report.get("failure"), str):

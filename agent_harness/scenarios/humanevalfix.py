@@ -6,7 +6,7 @@ and a visible test file `test_<entry_point>.py` that imports the function and ru
 are the specification). Scoring copies only the final module into a fresh directory and runs
 the full hidden test against it in the sandbox, so edits to the visible tests change nothing. The
 test runs in a process of its own with only the entry point and the reference code's helpers as
-names; the module runs in another and only plain data comes back (hidden_check.py).
+names; the module runs in another (the package hidden_check/: what crosses, and how).
 
 The ``docs`` label is bigcode's HumanEvalFixDocs setting: the module starts from the dataset's
 `prompt` (signature and docstring) instead of the bare `declaration`, and the single-shot prompt is

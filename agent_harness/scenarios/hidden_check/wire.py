@@ -1,0 +1,280 @@
+"""The channel between the checker and the worker: one JSON message per line on two pipes.
+
+A request (``["q", kind, target, table, slots]``) asks the other side to act on one of its objects;
+its answer (``["a", status, table, slot, news]``) carries the result, a raised exception or the end
+of an iterator, and the news of the lent containers the answering side changed while serving it.
+While a side waits for an answer it serves the other side's requests, so calls may nest both ways
+(a function of the module calling a lambda of the test calling back into the module).
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from .codec import MALFORMED, MAX_MESSAGE, MAX_REASON, Encoder, Malformed, Refused, type_name
+from .decode import Decoder, apply_contents, as_list
+
+
+def _reflected(op: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    return lambda a, b: op(b, a)
+
+
+_BINARY = {name: getattr(operator, name) for name in (
+    "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "lshift", "rshift", "and_", "or_", "xor")}
+# What a proxy asks its object's owner to do: the owner applies the operation to its own object.
+OPS: dict[str, Callable[..., Any]] = {
+    "len": len, "bool": bool, "iter": iter, "hash": hash, "str": str, "repr": repr, "format": format,
+    "contains": operator.contains, "getitem": operator.getitem, "setitem": operator.setitem,
+    "delitem": operator.delitem, "eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le,
+    "gt": operator.gt, "ge": operator.ge, "neg": operator.neg, "pos": operator.pos, "abs": abs,
+    "invert": operator.invert, "int": int, "float": float, "index": operator.index, "round": round,
+    "divmod": divmod, "rdivmod": _reflected(divmod),
+    **_BINARY, **{f"r{name}": _reflected(op) for name, op in _BINARY.items()},
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Framing: one JSON text per line
+# ---------------------------------------------------------------------------------------------
+
+
+def print_traceback(e: BaseException) -> None:
+    """The traceback of `e` on stderr, without the frames of this package (the test's and the module's stay)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    te = traceback.TracebackException.from_exception(e)
+    te.stack = traceback.StackSummary.from_list([f for f in te.stack if not f.filename.startswith(here)])
+    sys.stderr.write("".join(te.format()))
+
+
+def send(fd: int, message: Any) -> None:
+    data = json.dumps(message, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n"
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+class Reader:
+    """Lines from a pipe, each at most MAX_MESSAGE bytes; None at end of file."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.buf = fd, bytearray()
+
+    def line(self) -> bytes | None:
+        start = 0
+        while True:
+            end = self.buf.find(b"\n", start)
+            if end >= 0:
+                out = bytes(self.buf[:end])
+                del self.buf[: end + 1]
+                return out
+            if len(self.buf) > MAX_MESSAGE:
+                raise Malformed(f"a message longer than {MAX_MESSAGE} bytes")
+            start = len(self.buf)
+            chunk = os.read(self.fd, 1 << 20)
+            if not chunk:
+                return None
+            self.buf += chunk
+
+
+# ---------------------------------------------------------------------------------------------
+# One end of the boundary
+# ---------------------------------------------------------------------------------------------
+
+
+class Side:
+    """What one process knows of the boundary: the objects it lent or exported (by id), the copies
+    and proxies it holds of the other side's objects, and the channel. Subclasses decide what may
+    go out by reference (`export_entry`), what comes in (`decode_entry`) and what requests do."""
+
+    def __init__(self) -> None:
+        self.exports: dict[int, Any] = {}  # our id -> our object (lent container or exported)
+        self.export_kinds: dict[int, str] = {}
+        self.export_ids: dict[int, int] = {}  # id(object) -> our id
+        self.borrowed: dict[int, Any] = {}  # their id -> our copy of their lent container
+        self.proxies: dict[int, Any] = {}  # their id -> our proxy of their object
+        self.peer_ids: dict[int, int] = {}  # id(copy or proxy) -> their id
+        self.keep: list[Any] = []
+
+    # -- tables --
+    def export(self, obj: Any, kind: str) -> int:
+        ref = self.export_ids.get(id(obj))
+        if ref is None:
+            ref = len(self.exports) + 1
+            self.exports[ref], self.export_kinds[ref], self.export_ids[id(obj)] = obj, kind, ref
+        return ref
+
+    def lend(self, obj: Any) -> int:
+        return self.export(obj, "lent")
+
+    def borrow(self, ref: int, copy: Any) -> None:
+        self.borrowed[ref] = copy
+        self.peer_ids[id(copy)] = ref
+        self.keep.append(copy)
+
+    def remember_proxy(self, ref: int, proxy: Any) -> Any:
+        self.proxies[ref] = proxy
+        self.peer_ids[id(proxy)] = ref
+        return proxy
+
+    def peer_ref(self, v: Any) -> int | None:
+        ref = self.peer_ids.get(id(v))
+        if ref is not None and (self.borrowed.get(ref) is v or self.proxies.get(ref) is v):
+            return ref
+        return None
+
+    def lent_own(self, ref: int) -> Any:
+        if self.export_kinds.get(ref) != "lent":
+            raise Malformed("news of a container we did not lend")
+        return self.exports[ref]
+
+    def own(self, ref: int) -> Any:
+        if ref not in self.exports:
+            raise Malformed("a reference to nothing we sent")
+        return self.exports[ref]
+
+    def collections_types(self) -> tuple[type, ...]:
+        mod = sys.modules.get("collections")
+        if mod is None:
+            return ()
+        return (mod.deque, mod.defaultdict, mod.Counter, mod.OrderedDict)
+
+    # -- hooks --
+    def export_entry(self, enc: Encoder, v: Any) -> list[Any]:
+        raise TypeError(f"a {type_name(type(v))} object cannot cross to the other process")
+
+    def decode_entry(self, dec: Decoder, i: int, tag: str, rest: list[Any]) -> Any:
+        raise Malformed(f"bad tag {tag[:10]!r}")
+
+    def fill_entry(self, dec: Decoder, value: Any, tag: str, rest: list[Any]) -> None:
+        raise Malformed(f"bad tag {tag[:10]!r}")
+
+    def make_namedtuple(self, name: Any, fields: Any, values: list[Any]) -> Any:
+        raise NotImplementedError
+
+    def make_exception(self, mro: list[Any], args: tuple[Any, ...], state: dict[str, Any], text: Any) -> Any:
+        raise NotImplementedError
+
+    # -- the channel --
+    def connect(self, read_fd: int, write_fd: int) -> None:
+        self.reader, self.write_fd = Reader(read_fd), write_fd
+        self.depth = 0  # requests of the other side being served now, one inside another
+        self.pending: dict[int, Any] = {}  # their id -> our copy, borrowed while serving: sent back with replies
+
+    def bad(self, reason: str) -> Any:
+        """The other side broke the protocol (never returns)."""
+        raise Malformed(reason)
+
+    def closed(self) -> Any:
+        """The other side closed its end while we waited (never returns)."""
+        raise EOFError("the other process is gone")
+
+    def receive(self) -> list[Any]:
+        try:
+            line = self.reader.line()
+        except Malformed as e:
+            return self.bad(str(e))
+        if line is None:
+            return self.closed()
+        try:
+            message = json.loads(line)
+        except (ValueError, RecursionError):
+            message = None
+        if type(message) is not list or len(message) != 5 or message[0] not in ("q", "a"):
+            return self.bad(MALFORMED)
+        return message
+
+    def request(self, kind: str, target: Any, values: list[Any]) -> Any:
+        """Ask the other side to act on one of its objects; serve what it asks meanwhile; its answer."""
+        enc = Encoder(self, lend=True)
+        try:
+            slots = [enc.slot(v) for v in values]
+            enc.drain()
+        except OverflowError as e:
+            raise ValueError(f"{e}, which cannot go to the other process") from None
+        send(self.write_fd, ["q", kind, target, enc.objs, slots])
+        while True:
+            message = self.receive()
+            if message[0] == "q":
+                self.serve(message)
+                continue
+            return self.answer(message)
+
+    def answer(self, message: list[Any]) -> Any:
+        _, status, objs, slot, news = message
+        try:
+            dec = Decoder(self, objs)
+            value = dec.slot(slot)
+            updates = [(self.lent_own(ref), dec.slot(s)) for ref, s in _pairs(news)]
+            dec.finish()
+            for own, new in updates:
+                apply_contents(own, new)
+        except Refused:
+            raise
+        except (Malformed, ValueError, TypeError, KeyError, IndexError, RecursionError, OverflowError):
+            return self.bad(MALFORMED)
+        if status == "ok":
+            return value
+        if status == "stop":
+            raise StopIteration(value)
+        if status == "raise" and isinstance(value, BaseException):
+            raise value
+        return self.bad(MALFORMED)
+
+    def serve(self, message: list[Any]) -> None:
+        """Carry out one request of the other side and send the answer (with our news of what it lent)."""
+        _, kind, target, objs, slots = message
+        self.depth += 1
+        try:
+            try:
+                dec = Decoder(self, objs)
+                values = [dec.slot(s) for s in as_list(slots)]
+                dec.finish()
+            except Refused as e:
+                self.reply("raise", TypeError(str(e)))
+                return
+            except (Malformed, ValueError, TypeError, KeyError, IndexError, RecursionError, OverflowError):
+                self.bad(MALFORMED)
+            status = "ok"
+            try:
+                result = self.handle(kind, target, values)
+            except StopIteration as e:
+                status, result = "stop", e.value
+            except self.passes_on() as e:
+                status, result = "raise", e
+            self.reply(status, result)
+        finally:
+            self.depth -= 1
+            if not self.depth:
+                self.pending.clear()
+
+    def reply(self, status: str, result: Any) -> None:
+        try:
+            enc = Encoder(self, lend=True)
+            slot = enc.encode(result)
+        except (TypeError, ValueError, OverflowError, RecursionError) as e:
+            status, enc = "raise", Encoder(self, lend=False)
+            slot = enc.encode(TypeError(str(e)[:MAX_REASON]))
+        news = [[ref, enc.contents_slot(copy)] for ref, copy in self.pending.items()]
+        send(self.write_fd, ["a", status, enc.objs, slot, news])
+
+    def passes_on(self) -> tuple[type[BaseException], ...]:
+        """The exceptions of a request that go back to the other side as its answer."""
+        return (Exception,)
+
+    def handle(self, kind: Any, target: Any, values: list[Any]) -> Any:
+        raise NotImplementedError
+
+
+def _pairs(news: Any) -> list[tuple[int, Any]]:
+    out = []
+    for pair in as_list(news):
+        if type(pair) is not list or len(pair) != 2 or type(pair[0]) is not int:
+            raise Malformed("bad news")
+        out.append((pair[0], pair[1]))
+    return out

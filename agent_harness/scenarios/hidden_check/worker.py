@@ -1,0 +1,413 @@
+"""The worker: imports the module under test and carries out the checker's requests on it.
+
+Everything here runs beside the code under test and can be rewritten by it, so nothing here
+decides a verdict: what it sends is checked and rebuilt by the checker. It only has to be faithful
+for honest code: it sends the module's objects in a form the checker can rebuild (dataclasses,
+namedtuples, enum members and instances by class name and state; iterators and callables by
+reference), and it notes which dunder methods a module-made class defines (`overrides`), which the
+checker turns into a *suspicious* flag when such an object reaches the test.
+"""
+
+from __future__ import annotations
+
+import builtins
+import importlib.util
+import os
+import sys
+import traceback
+import types
+from typing import Any
+
+from .codec import Encoder, Malformed, is_dunder, is_namedtuple_class, type_name
+from .decode import Decoder
+from .wire import OPS, Side, print_traceback, send
+
+# Dunder methods whose result is a verdict the test would take on trust: a comparison, a hash, a
+# truth value, a number. Iteration, length, indexing and str/repr are answered with data the test
+# then judges itself, so they are carried out for the checker and are not signs of forgery.
+BEHAVIOUR = frozenset({
+    "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__hash__", "__bool__", "__abs__", "__round__",
+    "__trunc__", "__floor__", "__ceil__", "__float__", "__int__", "__index__", "__complex__", "__neg__",
+    "__pos__", "__invert__", "__class__", "__getattribute__", "__instancecheck__", "__divmod__", "__rdivmod__",
+    *(f"__{p}{op}__" for op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or",
+                                "xor", "lshift", "rshift") for p in ("", "r")),
+})
+_CALLABLES = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.BuiltinMethodType,
+              types.MethodWrapperType, types.WrapperDescriptorType, types.MethodDescriptorType, type)
+STDLIB = frozenset(sys.stdlib_module_names) | {"builtins"}
+
+
+def _base_value(v: Any) -> Any:
+    """The built-in value under an instance of a subclass of a built-in type, read without its methods."""
+    t = type(v)
+    for scalar in (int, float, complex, str, bytes):
+        if issubclass(t, scalar):
+            return scalar.__dict__[f"__{scalar.__name__}__"](v)  # a plain copy, whatever the subclass defines
+    if issubclass(t, dict):
+        return dict(dict.items(v))
+    for collection in (tuple, list, set, frozenset):
+        if issubclass(t, collection):
+            return collection(collection.__iter__(v))
+    return None
+
+
+class CheckerObject:
+    """Stands for an object of the checker's (an instance of a class the test defines, ...): every
+    use is a request to the checker, which applies it to the object itself."""
+
+    __slots__ = ("_hc_ref", "_hc_flags", "__weakref__")
+    _hc_side: WorkerSide
+    _hc_module_class: type | None = None
+
+    def _hc(self, op: str, *args: Any) -> Any:
+        return self._hc_side.request("op", self._hc_ref, [op, args])
+
+    def __getattr__(self, name: str) -> Any:
+        if is_dunder(name):
+            raise AttributeError(name)
+        return self._hc_side.request("getattr", self._hc_ref, [name])
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in CheckerObject.__slots__:
+            object.__setattr__(self, name, value)
+        else:
+            self._hc_side.request("setattr", self._hc_ref, [name, value])
+
+    def __delattr__(self, name: str) -> None:
+        self._hc_side.request("delattr", self._hc_ref, [name])
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:  # the module's class of this name, as when test and module share a file
+        return type(self)._hc_module_class or type(self)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._hc_side.request("call", self._hc_ref, [args, tuple(kwargs.items())])
+
+    def __eq__(self, other: object) -> Any:
+        if self._hc_flags[0]:  # the object compares by identity: no need to ask
+            return self is other or NotImplemented
+        return self._hc("eq", other)
+
+    def __ne__(self, other: object) -> Any:
+        if self._hc_flags[0]:
+            return False if self is other else NotImplemented
+        return self._hc("ne", other)
+
+    def __hash__(self) -> int:
+        return object.__hash__(self) if self._hc_flags[1] else int(self._hc("hash"))
+
+    def __bool__(self) -> bool:
+        return True if self._hc_flags[2] else bool(self._hc("bool"))
+
+    def __repr__(self) -> str:
+        return str(self._hc("repr"))
+
+    def __str__(self) -> str:
+        return str(self._hc("str"))
+
+    def __format__(self, spec: str) -> str:
+        return str(self._hc("format", spec))
+
+    def __iter__(self) -> Any:
+        return self._hc("iter")
+
+    def __len__(self) -> int:
+        return int(self._hc("len"))
+
+    def __contains__(self, item: object) -> bool:
+        return bool(self._hc("contains", item))
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._hc("getitem", key)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._hc("setitem", key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        self._hc("delitem", key)
+
+    def __index__(self) -> int:
+        return int(self._hc("index"))
+
+    def __int__(self) -> int:
+        return int(self._hc("int"))
+
+    def __float__(self) -> float:
+        return float(self._hc("float"))
+
+
+def _binary(op: str) -> Any:
+    return lambda self, other: self._hc(op, other)
+
+
+def _unary(op: str) -> Any:
+    return lambda self: self._hc(op)
+
+
+for _op in ("lt", "le", "gt", "ge", "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "lshift",
+            "rshift", "and", "or", "xor", "divmod"):
+    _key = _op + "_" if _op in ("and", "or") else _op
+    setattr(CheckerObject, f"__{_op}__", _binary(_key))
+    if _op not in ("lt", "le", "gt", "ge"):
+        setattr(CheckerObject, f"__r{_op}__", _binary("r" + _key))
+for _op in ("neg", "pos", "abs", "invert"):
+    setattr(CheckerObject, f"__{_op}__", _unary(_op))
+
+
+class ProxyMeta(type):
+    """The type of a checker class's stand-in: calling it makes an object of the checker's class."""
+
+    _hc_side: WorkerSide
+    _hc_class_ref: int
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        return cls._hc_side.request("call", cls._hc_class_ref, [args, tuple(kwargs.items())])
+
+    def __getattr__(cls, name: str) -> Any:
+        if is_dunder(name):
+            raise AttributeError(name)
+        return cls._hc_side.request("getattr", cls._hc_class_ref, [name])
+
+
+class CheckerFunction:
+    """A function of the checker's (a lambda or a function the test passes in)."""
+
+    __slots__ = ("_hc_side", "_hc_ref", "__name__", "__weakref__")
+    _hc_side: WorkerSide
+    _hc_ref: int
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._hc_side.request("call", self._hc_ref, [args, tuple(kwargs.items())])
+
+
+class CheckerIterator:
+    """An iterator or generator of the checker's: each item is asked for when it is needed."""
+
+    __slots__ = ("_hc_side", "_hc_ref", "__weakref__")
+    _hc_side: WorkerSide
+    _hc_ref: int
+
+    def __iter__(self) -> CheckerIterator:
+        return self
+
+    def __next__(self) -> Any:
+        return self._hc_side.request("next", self._hc_ref, [])
+
+
+class WorkerSide(Side):
+    def __init__(self, module: types.ModuleType, entry: Any) -> None:
+        super().__init__()
+        self.module, self.entry = module, entry
+        self.classes: dict[int, type] = {}
+        self.made: dict[tuple[Any, ...], type] = {}
+
+    def module_made(self, cls: type) -> bool:
+        mod = getattr(cls, "__module__", None)
+        return not isinstance(mod, str) or mod == self.module.__name__ or mod.split(".")[0] not in STDLIB
+
+    def overrides(self, cls: type) -> list[str]:
+        """The verdict-deciding dunders that module-made classes in `cls`'s MRO define themselves."""
+        found: list[str] = []
+        for k in cls.__mro__:
+            if k is object or not self.module_made(k):
+                continue
+            for name, attr in vars(k).items():
+                code = getattr(attr, "__code__", None)
+                generated = getattr(code, "co_filename", "") == "<string>"  # dataclass's own __eq__ and kin
+                if name in BEHAVIOUR and attr is not None and not generated and name not in found:
+                    found.append(name)
+        return found
+
+    # -- our objects going out --
+    def export_entry(self, enc: Encoder, v: Any) -> list[Any]:
+        t = type(v)
+        if issubclass(t, types.ModuleType):
+            raise TypeError(f"a module ({v.__name__}) cannot go to the checker")
+        if hasattr(t, "__dataclass_fields__") and not issubclass(t, type):
+            import dataclasses
+
+            fields = dataclasses.fields(v)
+            params = getattr(t, "__dataclass_params__", None)
+            flags = [bool(getattr(params, k, False)) for k in ("eq", "order", "frozen")]
+            return ["dc", t.__name__, type_name(t), [f.name for f in fields],
+                    [enc.slot(getattr(v, f.name, None)) for f in fields], flags, self.overrides(t)]
+        enum = sys.modules.get("enum")
+        if enum is not None and issubclass(t, enum.Enum):
+            base = _base_value(v)
+            return ["en", t.__name__, type_name(t), str(v.name), enc.slot(base), self.overrides(t)]
+        if issubclass(t, tuple) and not self.overrides(t):
+            for k in t.__mro__:
+                if is_namedtuple_class(k):
+                    return ["nt", t.__name__, list(k._fields), enc.items(tuple.__iter__(v))]  # type: ignore[attr-defined]
+        if hasattr(t, "__next__") and hasattr(t, "__iter__"):
+            return ["P", self.export(v, "it"), "it", type_name(t), False]
+        if issubclass(t, _CALLABLES) or t.__name__ == "partial":
+            return ["P", self.export(v, "fn"), "fn", str(getattr(v, "__name__", type_name(t)))[:80], False]
+        state: list[Any] = []
+        attrs = getattr(v, "__dict__", None)
+        if type(attrs) is dict:
+            for k, x in attrs.items():
+                if type(k) is str and k.isidentifier():
+                    state += [k, enc.slot(x)]
+        for k in t.__mro__:
+            slots = k.__dict__.get("__slots__", ())
+            for name in (slots,) if isinstance(slots, str) else slots:
+                if isinstance(name, str) and name.isidentifier() and not is_dunder(name) and hasattr(v, name):
+                    state += [name, enc.slot(getattr(v, name))]
+        base = _base_value(v)
+        return ["o", t.__name__, type_name(t), state, self.export(v, "obj"), self.overrides(t), enc.slot(base),
+                hasattr(t, "__len__")]
+
+    # -- the checker's objects coming in --
+    def decode_entry(self, dec: Decoder, i: int, tag: str, rest: list[Any]) -> Any:
+        if tag != "P" or len(rest) != 3 or type(rest[0]) is not int or rest[1] not in ("obj", "cls", "fn", "it"):
+            raise Malformed(f"bad tag {tag[:10]!r}")
+        ref, kind, info = rest
+        if ref in self.proxies:
+            return self.proxies[ref]
+        if kind == "cls":
+            return self.remember_proxy(ref, self.proxy_class(ref, str(info)))
+        if kind == "obj":
+            class_ref, class_name, *flags = info
+            proxy: Any = object.__new__(self.proxy_class(int(class_ref), str(class_name)))
+            object.__setattr__(proxy, "_hc_flags", tuple(bool(f) for f in flags))
+        elif kind == "fn":
+            proxy = object.__new__(CheckerFunction)
+            object.__setattr__(proxy, "__name__", str(info))
+        else:
+            proxy = object.__new__(CheckerIterator)
+        object.__setattr__(proxy, "_hc_ref", ref)
+        if kind != "obj":
+            object.__setattr__(proxy, "_hc_side", self)
+        return self.remember_proxy(ref, proxy)
+
+    def proxy_class(self, ref: int, name: str) -> type:
+        cls = self.proxies.get(ref)
+        if isinstance(cls, type):
+            return cls
+        own = getattr(self.module, name, None)
+        made = ProxyMeta(name if name.isidentifier() else "Object", (CheckerObject,), {
+            "__slots__": (), "_hc_side": self, "_hc_class_ref": ref,
+            "_hc_module_class": own if isinstance(own, type) else None})
+        return self.remember_proxy(ref, made)
+
+    def make_namedtuple(self, name: Any, fields: Any, values: list[Any]) -> Any:
+        own = getattr(self.module, str(name), None)
+        if isinstance(own, type) and is_namedtuple_class(own) and list(getattr(own, "_fields", ())) == fields:
+            return tuple.__new__(own, values)
+        key = ("nt", name, tuple(fields))
+        if key not in self.made:
+            from collections import namedtuple
+
+            self.made[key] = namedtuple(name, fields)
+        return tuple.__new__(self.made[key], values)
+
+    def make_exception(self, mro: list[Any], args: tuple[Any, ...], state: dict[str, Any], text: Any) -> Any:
+        base: type = Exception
+        for mod, qual in mro:
+            found = _stdlib_class(str(mod), str(qual))
+            if isinstance(found, type) and issubclass(found, BaseException):
+                base = found
+                break
+        name = str(mro[0][1]).rsplit(".", 1)[-1] if mro else "Exception"
+        cls = base
+        if name != base.__name__ and name.isidentifier():  # a class of the test's: a stand-in of that name
+            key = ("exc", name, base)
+            if key not in self.made:
+                self.made[key] = type(name, (base,), {})
+            cls = self.made[key]
+        exc = cls.__new__(cls, *args)
+        exc.args = args
+        if hasattr(exc, "__dict__"):
+            exc.__dict__.update(state)
+        return exc
+
+    # -- requests --
+    def handle(self, kind: Any, target: Any, values: list[Any]) -> Any:
+        obj = self.entry if target == "entry" else self.own(target)
+        if kind == "call":
+            args, kwargs = values
+            try:
+                return obj(*args, **dict(kwargs))
+            except BaseException as e:
+                if target == "entry" and not isinstance(e, StopIteration):
+                    print_traceback(e)
+                raise
+        if kind == "next":
+            return next(obj)
+        if kind == "getattr":
+            return getattr(obj, values[0])
+        if kind == "setattr":
+            return setattr(obj, values[0], values[1])
+        if kind == "delattr":
+            return delattr(obj, values[0])
+        if kind == "op" and values[0] in OPS:
+            return OPS[values[0]](obj, *values[1])
+        raise Malformed("an unknown request")
+
+    def passes_on(self) -> tuple[type[BaseException], ...]:
+        return (BaseException,)
+
+    def bad(self, reason: str) -> Any:
+        raise SystemExit(3)
+
+    def closed(self) -> Any:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)  # the checker is done: no atexit hooks or threads of the module to wait for
+
+
+def _stdlib_class(module: str, qualname: str) -> Any:
+    if module == "builtins":
+        return getattr(builtins, qualname, None)
+    if module.split(".")[0] not in STDLIB:
+        return None
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except Exception:
+        return None
+    return obj
+
+
+def load(module: str) -> types.ModuleType:
+    """Import `module` from the working folder (by path: its name may be that of a loaded module)."""
+    sys.path.insert(0, os.getcwd())
+    spec = importlib.util.spec_from_file_location(module, os.path.join(os.getcwd(), module + ".py"))
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[module] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _exception_name(e: BaseException) -> str:
+    name = type(e).__name__
+    return name if getattr(builtins, name, None) is type(e) else "Exception"
+
+
+def main(argv: list[str]) -> int:
+    """``worker MODULE ENTRY REQ_FD REP_FD``: import the module, then serve until the checker closes."""
+    module, entry_point, req_fd, rep_fd = argv[0], argv[1], int(argv[2]), int(argv[3])
+    os.set_inheritable(req_fd, False)
+    os.set_inheritable(rep_fd, False)
+    try:
+        fn = getattr(load(module), entry_point)
+        if not callable(fn):
+            raise TypeError(f"{entry_point} is not a function")
+    except BaseException as e:
+        traceback.print_exc()
+        send(rep_fd, ["a", "error", [], f"importing {module} failed: {_exception_name(e)}", []])
+        return 1
+    side = WorkerSide(sys.modules[module], fn)
+    side.connect(req_fd, rep_fd)
+    send(rep_fd, ["a", "ready", [], None, []])
+    while True:
+        try:
+            message = side.receive()
+        except Malformed:
+            return 3
+        if message[0] != "q":
+            return 3
+        side.serve(message)

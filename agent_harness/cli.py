@@ -1,4 +1,4 @@
-"""Command line: `agent-harness run|models|scenarios|analyze|export`, and `run_agents.py` (= `run`)."""
+"""Command line: `agent-harness run|validate|models|scenarios|analyze|export`, and `run_agents.py` (= `run`)."""
 
 from __future__ import annotations
 
@@ -221,7 +221,60 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(printable("strategy: " + "; ".join(f"{flag} on {', '.join(names)}" for flag, names in ran.items())
                         + " (each scenario's default; --agent picks one for all)"))
     print(f"traces: {printable(str(args.out))}/  summary: {printable(str(args.out / 'summary.json'))}")
+    _warn_unscorable(args.out, specs)
     return 0
+
+
+def _warn_unscorable(out: Path, specs: list[Any]) -> None:
+    """One line naming the tasks this run's oracle failed (or was flagged on) or its null model passed."""
+    from .validate import unscorable_in_run
+
+    oracles = {s.name for s in specs if s.backend == "scripted" and s.script == "oracle"}
+    nulls = {s.name for s in specs if s.backend == "scripted" and s.script == "null"}
+    if not oracles and not nulls:
+        return
+    bad = unscorable_in_run(out, oracles, nulls)
+    if bad:
+        shown = ", ".join(bad[:10]) + (f" and {len(bad) - 10} more" if len(bad) > 10 else "")
+        print(printable(f"warning: {len(bad)} task(s) cannot be scored as they stand (the oracle fails or is flagged, "
+                        f"or the null model passes): {shown}; see `agent-harness validate`"), file=sys.stderr)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from .validate import validate
+
+    _positive("n", args.n)
+    _positive("jobs", args.jobs)
+    if args.dataset_path is not None and not args.dataset_path.exists():
+        raise ConfigError(f"--dataset-path {args.dataset_path}: file not found (nor a dataset folder)")
+    if args.dataset_path is not None and args.dataset_hub:
+        raise ConfigError("--dataset-path and --dataset-hub exclude each other")
+    checked = unscorable = 0
+    for scenario in [s.strip() for s in args.scenario.split(",") if s.strip()]:
+        report = validate(scenario, args.label.split(",") if args.label else None, args.n,
+                          tuple(t.strip() for t in args.tasks.split(",")) if args.tasks else (), args.dataset_path,
+                          args.dataset_hub, args.jobs, sys.stdout)
+        checked, unscorable = checked + report.checked, unscorable + report.unscorable
+    verdict = "every task can be scored" if not unscorable else f"{unscorable} cannot be scored"
+    print(f"validate: {checked} tasks checked; {verdict}")
+    return 0 if not unscorable else 1
+
+
+def _add_validate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    va = sub.add_parser(
+        "validate", help="prove a dataset can be scored: every reference passes, every buggy version fails",
+        description="Score each task's reference solution and its buggy version with the real scorer and sandbox; "
+                    "print one line per task that cannot be scored (reference fails, buggy passes, or either is "
+                    "flagged suspicious). Exit 0 only when every task can be scored.")
+    va.add_argument("--scenario", default="humanevalfix", help="comma-separated scenario names")
+    va.add_argument("--label", default=None, help="comma-separated labels, or 'all' (default: gold)")
+    va.add_argument("--tasks", default=None, help="comma-separated task ids")
+    va.add_argument("--n", type=int, default=None, help="first N tasks")
+    va.add_argument("--dataset-path", type=Path, default=None,
+                    help="HumanEvalFix-format rows: .jsonl, .parquet, or a dataset folder")
+    va.add_argument("--dataset-hub", action="store_true", help="HumanEvalFix from the Hub")
+    va.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="tasks scored at once (default: cores)")
+    va.set_defaults(handler=cmd_validate)
 
 
 def rich_console(width: int | None = None) -> Any:
@@ -316,6 +369,7 @@ def parser() -> argparse.ArgumentParser:
     sub = top.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run agents (same flags as run_agents.py)", description=RUN_DESCRIPTION)
     add_run_arguments(run).set_defaults(handler=cmd_run)
+    _add_validate(sub)
     models = sub.add_parser("models", help="list the model registry")
     _add_registry(models)
     models.set_defaults(handler=cmd_models)

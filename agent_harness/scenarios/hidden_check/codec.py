@@ -53,6 +53,10 @@ def is_dunder(name: str) -> bool:
     return name.startswith("__") and name.endswith("__")
 
 
+# Special attributes that hold data only (names, a docstring, what a decorator wrapped): readable across.
+READABLE_DUNDERS = frozenset({"__name__", "__qualname__", "__module__", "__doc__", "__wrapped__", "__dict__"})
+
+
 # ---------------------------------------------------------------------------------------------
 # Standard-library value types: known by exact type, imported only when a value needs them
 # ---------------------------------------------------------------------------------------------
@@ -74,6 +78,27 @@ def import_type(module: str, name: str) -> type:
 def is_namedtuple_class(cls: type) -> bool:
     fields = cls.__dict__.get("_fields") if tuple in cls.__bases__ else None
     return type(fields) is tuple and all(type(f) is str for f in fields)
+
+
+# Standard modules a receiver never imports to find a class by name (they act when imported).
+_UNSAFE_IMPORTS = frozenset({"antigravity", "this", "turtle", "turtledemo", "tkinter", "idlelib", "__hello__",
+                             "__phello__", "webbrowser", "pydoc", "ensurepip", "venv", "lib2to3", "test"})
+
+
+def stdlib_object(module: str, qualname: str) -> Any:
+    """`module.qualname` when `module` belongs to the standard library (imported if need be); else None."""
+    top = module.split(".")[0]
+    if module == "builtins":
+        return getattr(builtins, qualname, None)
+    if top not in sys.stdlib_module_names or top in _UNSAFE_IMPORTS:
+        return None
+    try:
+        obj: Any = sys.modules.get(module) or __import__(module, fromlist=["_"])
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except Exception:
+        return None
+    return obj
 
 
 def _namedtuple_class(value: Any) -> type | None:
@@ -98,6 +123,7 @@ class Encoder:
         self.memo: dict[int, int] = {}
         self.keep: list[Any] = []  # the encoded objects stay alive while ids name them
         self.pending: list[tuple[Any, int, bool]] = []
+        self.mentioned: dict[int, Any] = {}  # the receiver's lent containers we refer to: their news goes along
 
     def encode(self, value: Any) -> Any:
         root = self.slot(value)
@@ -132,10 +158,24 @@ class Encoder:
         return index
 
     def contents_slot(self, container: Any) -> list[int]:
-        """A slot for a fresh copy of a container's items (a reply's news of a lent container)."""
+        """A slot for a fresh copy of a container's items (news of a lent container)."""
         index = self._allocate(container, None, True)
         self.drain()
         return [index]
+
+    def news(self, mine: dict[int, Any], yours: dict[int, Any]) -> list[Any]:
+        """``[which, id, slot]`` for our lent containers the receiver holds copies of (`mine`: it refreshes
+        them) and its containers we hold copies of (`yours`, and every one we mention: it writes them in)."""
+        out: list[Any] = [["mine", ref, self.contents_slot(own)] for ref, own in mine.items()]
+        done: set[int] = set()
+        while True:
+            todo = {**yours, **self.mentioned}
+            fresh = [ref for ref in todo if ref not in done]
+            if not fresh:
+                return out
+            for ref in fresh:
+                done.add(ref)
+                out.append(["yours", ref, self.contents_slot(todo[ref])])
 
     def items(self, values: Any) -> list[Any]:
         return [self.slot(x) for x in values]
@@ -151,6 +191,8 @@ class Encoder:
         side, t = self.side, type(v)
         ref = side.peer_ref(v)
         if ref is not None:  # the receiver's own object, or the copy of one it lent us
+            if side.borrowed.get(ref) is v and not isinstance(v, BaseException):
+                self.mentioned[ref] = v
             return ["R", ref]
         if t is int:
             return ["i", format(v, "x")]
@@ -176,8 +218,11 @@ class Encoder:
             return value_entry
         if isinstance(v, BaseException):
             return self.exception_entry(v)
+        enum = sys.modules.get("enum")
+        if enum is not None and issubclass(t, enum.Enum):
+            return ["en", t.__name__, str(t.__module__), str(v.name), self.slot(side.base_value(v)), side.overrides(t)]
         if isinstance(v, tuple) and _namedtuple_class(v) is t:
-            return ["nt", t.__name__, list(getattr(t, "_fields", ())), self.items(v)]
+            return ["nt", t.__name__, list(getattr(t, "_fields", ())), self.items(v), str(t.__module__)]
         name = getattr(v, "__name__", "")
         if (t is type or t is type(len)) and isinstance(name, str) and getattr(builtins, name, None) is v:
             return ["bi", name]  # a built-in function or type: the receiver uses its own
@@ -236,6 +281,6 @@ class Encoder:
                         pairs += [k, self.slot(x)]
                     except Exception:
                         continue
-        return ["E", mro, self.items(e.args), pairs, str(e)[:2000]]
+        return ["E", mro, self.items(e.args), pairs, str(e)[:2000], self.side.export(e, "exc")]
 
 

@@ -30,6 +30,7 @@ class Decoder:
         self.busy: set[int] = set()
         self.filling: list[int] = []
         self.later: list[int] = []  # dicts and sets: filled once everything they may hash is whole
+        self.mentioned: dict[int, Any] = {}  # our lent containers the sender referred to
 
     def decode(self, slot: Any) -> Any:
         value = self.slot(slot)
@@ -106,7 +107,10 @@ class Decoder:
                 return self.lent(i, lambda: kind(maxlen=maxlen), lent_id, later=False)
             return self.lent(i, kind, lent_id, later=True)
         if tag == "R" and n == 1 and type(rest[0]) is int:
-            return self.side.own(rest[0])
+            own = self.side.own(rest[0])
+            if self.side.export_kinds.get(rest[0]) == "lent":
+                self.mentioned[rest[0]] = own  # the sender will act on our object: its copy must be refreshed
+            return own
         if tag == "i" and n == 1 and type(rest[0]) is str and len(rest[0]) < MAX_MESSAGE:
             return int(rest[0], 16)
         if tag == "t" and n == 1 and type(rest[0]) is list:
@@ -131,11 +135,15 @@ class Decoder:
             if not callable(found) or rest[0].startswith("_"):
                 raise Malformed("bad built-in")
             return found
-        if tag == "nt" and n == 3:
-            return self.side.make_namedtuple(rest[0], rest[1], [self.slot(x) for x in as_list(rest[2])])
-        if tag == "E" and n == 4:
-            return self.side.make_exception(as_list(rest[0]), tuple(self.slot(x) for x in as_list(rest[1])),
-                                            self.state(rest[2]), rest[3])
+        if tag == "nt" and n == 4:
+            return self.side.make_namedtuple(rest[0], rest[1], [self.slot(x) for x in as_list(rest[2])], rest[3])
+        if tag == "en" and n == 5 and all(type(x) is str for x in rest[:3]):
+            return self.side.make_enum(rest[0], rest[1], rest[2], rest[3], rest[4], self)
+        if tag == "E" and n == 5 and type(rest[4]) is int:
+            exc = self.side.make_exception(as_list(rest[0]), tuple(self.slot(x) for x in as_list(rest[1])),
+                                           self.state(rest[2]), rest[3])
+            self.side.borrow(rest[4], exc)  # sent back, it is the sender's own object again
+            return exc
         value = self.value_type(tag, rest)
         if value is not None:
             return value
@@ -181,7 +189,7 @@ class Decoder:
             raise Malformed("bad state")
         out: dict[str, Any] = {}
         for k, s in zip(pairs[::2], pairs[1::2], strict=True):
-            if type(k) is not str or not k.isidentifier():
+            if type(k) is not str or not k.isidentifier() or (k.startswith("__") and k.endswith("__")):
                 raise Malformed("bad attribute name")
             out[k] = self.slot(s)
         return out

@@ -1,8 +1,11 @@
 """The channel between the checker and the worker: one JSON message per line on two pipes.
 
-A request (``["q", kind, target, table, slots]``) asks the other side to act on one of its objects;
-its answer (``["a", status, table, slot, news]``) carries the result, a raised exception or the end
-of an iterator, and the news of the lent containers the answering side changed while serving it.
+A request (``["q", kind, target, table, slots, news]``) asks the other side to act on one of its
+objects; its answer (``["a", status, table, slot, news]``) carries the result, a raised exception or
+the end of an iterator. Both carry *news* of lent containers: a request, the contents of the copies
+it names (so the owner acts on what the sender sees); an answer, the contents of every copy the
+answering side was lent while serving it, and of its own containers the request named (so the
+requester's copies see what was done to them here).
 While a side waits for an answer it serves the other side's requests, so calls may nest both ways
 (a function of the module calling a lambda of the test calling back into the module).
 """
@@ -154,11 +157,25 @@ class Side:
     def fill_entry(self, dec: Decoder, value: Any, tag: str, rest: list[Any]) -> None:
         raise Malformed(f"bad tag {tag[:10]!r}")
 
-    def make_namedtuple(self, name: Any, fields: Any, values: list[Any]) -> Any:
+    def make_namedtuple(self, name: Any, fields: Any, values: list[Any], module: Any) -> Any:
+        raise NotImplementedError
+
+    def make_enum(self, name: Any, qual: Any, member: Any, base: Any, overrides: Any, dec: Decoder) -> Any:
         raise NotImplementedError
 
     def make_exception(self, mro: list[Any], args: tuple[Any, ...], state: dict[str, Any], text: Any) -> Any:
         raise NotImplementedError
+
+    def overrides(self, cls: type) -> list[str]:
+        """The verdict-deciding dunders a class of the code under test defines (the worker's to say)."""
+        return []
+
+    def base_value(self, v: Any) -> Any:
+        """The built-in value under an enum member (an IntEnum's int, ...), or None."""
+        for base in (int, str, float):
+            if isinstance(v, base):
+                return base.__dict__[f"__{base.__name__}__"](v)
+        return None
 
     # -- the channel --
     def connect(self, read_fd: int, write_fd: int) -> None:
@@ -185,7 +202,8 @@ class Side:
             message = json.loads(line)
         except (ValueError, RecursionError):
             message = None
-        if type(message) is not list or len(message) != 5 or message[0] not in ("q", "a"):
+        if (type(message) is not list or not message or message[0] not in ("q", "a")
+                or len(message) != (6 if message[0] == "q" else 5)):
             return self.bad(MALFORMED)
         return message
 
@@ -195,9 +213,10 @@ class Side:
         try:
             slots = [enc.slot(v) for v in values]
             enc.drain()
+            news = enc.news({}, {})  # the copies we name go with what we did to them
         except OverflowError as e:
             raise ValueError(f"{e}, which cannot go to the other process") from None
-        send(self.write_fd, ["q", kind, target, enc.objs, slots])
+        send(self.write_fd, ["q", kind, target, enc.objs, slots, news])
         while True:
             message = self.receive()
             if message[0] == "q":
@@ -205,19 +224,29 @@ class Side:
                 continue
             return self.answer(message)
 
-    def answer(self, message: list[Any]) -> Any:
-        _, status, objs, slot, news = message
+    def take(self, objs: Any, slots: list[Any], news: Any) -> tuple[list[Any], Decoder]:
+        """The values of a message, once its news is written into our objects and our copies."""
         try:
             dec = Decoder(self, objs)
-            value = dec.slot(slot)
-            updates = [(self.lent_own(ref), dec.slot(s)) for ref, s in _pairs(news)]
+            values = [dec.slot(s) for s in slots]
+            updates = []
+            for which, ref, s in _news(news):
+                target = self.lent_own(ref) if which == "yours" else self.borrowed.get(ref)
+                if target is None:
+                    raise Malformed("news of a copy we do not hold")
+                updates.append((target, dec.slot(s)))
             dec.finish()
-            for own, new in updates:
-                apply_contents(own, new)
+            for target, new in updates:
+                apply_contents(target, new)
         except Refused:
             raise
         except (Malformed, ValueError, TypeError, KeyError, IndexError, RecursionError, OverflowError):
             return self.bad(MALFORMED)
+        return values, dec
+
+    def answer(self, message: list[Any]) -> Any:
+        _, status, objs, slot, news = message
+        [value], _ = self.take(objs, [slot], news)
         if status == "ok":
             return value
         if status == "stop":
@@ -228,18 +257,14 @@ class Side:
 
     def serve(self, message: list[Any]) -> None:
         """Carry out one request of the other side and send the answer (with our news of what it lent)."""
-        _, kind, target, objs, slots = message
+        _, kind, target, objs, slots, news = message
         self.depth += 1
         try:
             try:
-                dec = Decoder(self, objs)
-                values = [dec.slot(s) for s in as_list(slots)]
-                dec.finish()
+                values, dec = self.take(objs, as_list(slots), news)
             except Refused as e:
-                self.reply("raise", TypeError(str(e)))
+                self.reply("raise", TypeError(str(e)), {})
                 return
-            except (Malformed, ValueError, TypeError, KeyError, IndexError, RecursionError, OverflowError):
-                self.bad(MALFORMED)
             status = "ok"
             try:
                 result = self.handle(kind, target, values)
@@ -247,21 +272,22 @@ class Side:
                 status, result = "stop", e.value
             except self.passes_on() as e:
                 status, result = "raise", e
-            self.reply(status, result)
+            self.reply(status, result, dec.mentioned)
         finally:
             self.depth -= 1
             if not self.depth:
                 self.pending.clear()
 
-    def reply(self, status: str, result: Any) -> None:
+    def reply(self, status: str, result: Any, mentioned: dict[int, Any]) -> None:
+        """Send an answer, with the news of every lent container: theirs we hold (what we did to them) and
+        ours they named (what was done to them here)."""
         try:
             enc = Encoder(self, lend=True)
             slot = enc.encode(result)
         except (TypeError, ValueError, OverflowError, RecursionError) as e:
             status, enc = "raise", Encoder(self, lend=False)
             slot = enc.encode(TypeError(str(e)[:MAX_REASON]))
-        news = [[ref, enc.contents_slot(copy)] for ref, copy in self.pending.items()]
-        send(self.write_fd, ["a", status, enc.objs, slot, news])
+        send(self.write_fd, ["a", status, enc.objs, slot, enc.news(mentioned, self.pending)])
 
     def passes_on(self) -> tuple[type[BaseException], ...]:
         """The exceptions of a request that go back to the other side as its answer."""
@@ -271,10 +297,10 @@ class Side:
         raise NotImplementedError
 
 
-def _pairs(news: Any) -> list[tuple[int, Any]]:
+def _news(news: Any) -> list[tuple[str, int, Any]]:
     out = []
-    for pair in as_list(news):
-        if type(pair) is not list or len(pair) != 2 or type(pair[0]) is not int:
+    for item in as_list(news):
+        if type(item) is not list or len(item) != 3 or item[0] not in ("mine", "yours") or type(item[1]) is not int:
             raise Malformed("bad news")
-        out.append((pair[0], pair[1]))
+        out.append((item[0], item[1], item[2]))
     return out

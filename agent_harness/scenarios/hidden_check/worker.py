@@ -18,7 +18,7 @@ import traceback
 import types
 from typing import Any
 
-from .codec import Encoder, Malformed, is_dunder, is_namedtuple_class, type_name
+from .codec import READABLE_DUNDERS, Encoder, Malformed, is_dunder, is_namedtuple_class, stdlib_object, type_name
 from .decode import Decoder
 from .wire import OPS, Side, print_traceback, send
 
@@ -63,7 +63,7 @@ class CheckerObject:
         return self._hc_side.request("op", self._hc_ref, [op, args])
 
     def __getattr__(self, name: str) -> Any:
-        if is_dunder(name):
+        if is_dunder(name) and name not in READABLE_DUNDERS:
             raise AttributeError(name)
         return self._hc_side.request("getattr", self._hc_ref, [name])
 
@@ -231,14 +231,11 @@ class WorkerSide(Side):
             flags = [bool(getattr(params, k, False)) for k in ("eq", "order", "frozen")]
             return ["dc", t.__name__, type_name(t), [f.name for f in fields],
                     [enc.slot(getattr(v, f.name, None)) for f in fields], flags, self.overrides(t)]
-        enum = sys.modules.get("enum")
-        if enum is not None and issubclass(t, enum.Enum):
-            base = _base_value(v)
-            return ["en", t.__name__, type_name(t), str(v.name), enc.slot(base), self.overrides(t)]
         if issubclass(t, tuple) and not self.overrides(t):
             for k in t.__mro__:
                 if is_namedtuple_class(k):
-                    return ["nt", t.__name__, list(k._fields), enc.items(tuple.__iter__(v))]  # type: ignore[attr-defined]
+                    return ["nt", t.__name__, list(getattr(k, "_fields", ())), enc.items(tuple.__iter__(v)),
+                            str(t.__module__)]
         if hasattr(t, "__next__") and hasattr(t, "__iter__"):
             return ["P", self.export(v, "it"), "it", type_name(t), False]
         if issubclass(t, _CALLABLES) or t.__name__ == "partial":
@@ -291,9 +288,17 @@ class WorkerSide(Side):
             "_hc_module_class": own if isinstance(own, type) else None})
         return self.remember_proxy(ref, made)
 
-    def make_namedtuple(self, name: Any, fields: Any, values: list[Any]) -> Any:
-        own = getattr(self.module, str(name), None)
-        if isinstance(own, type) and is_namedtuple_class(own) and list(getattr(own, "_fields", ())) == fields:
+    def make_enum(self, name: Any, module: Any, member: Any, base: Any, overrides: Any, dec: Decoder) -> Any:
+        enum = sys.modules.get("enum")
+        cls = getattr(self.module, name, None) if module == "__main__" else stdlib_object(module, name)
+        if enum is not None and isinstance(cls, enum.EnumMeta) and member in cls.__members__:
+            return cls[member]
+        value = dec.slot(base)
+        return value if value is not None else member
+
+    def make_namedtuple(self, name: Any, fields: Any, values: list[Any], module: Any) -> Any:
+        own = getattr(self.module, str(name), None) if module == "__main__" else stdlib_object(str(module), str(name))
+        if isinstance(own, type) and issubclass(own, tuple) and list(getattr(own, "_fields", ())) == fields:
             return tuple.__new__(own, values)
         key = ("nt", name, tuple(fields))
         if key not in self.made:
@@ -305,7 +310,7 @@ class WorkerSide(Side):
     def make_exception(self, mro: list[Any], args: tuple[Any, ...], state: dict[str, Any], text: Any) -> Any:
         base: type = Exception
         for mod, qual in mro:
-            found = _stdlib_class(str(mod), str(qual))
+            found = stdlib_object(str(mod), str(qual))
             if isinstance(found, type) and issubclass(found, BaseException):
                 base = found
                 break
@@ -355,20 +360,6 @@ class WorkerSide(Side):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)  # the checker is done: no atexit hooks or threads of the module to wait for
-
-
-def _stdlib_class(module: str, qualname: str) -> Any:
-    if module == "builtins":
-        return getattr(builtins, qualname, None)
-    if module.split(".")[0] not in STDLIB:
-        return None
-    try:
-        obj: Any = importlib.import_module(module)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-    except Exception:
-        return None
-    return obj
 
 
 def load(module: str) -> types.ModuleType:

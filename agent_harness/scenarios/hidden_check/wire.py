@@ -37,7 +37,7 @@ OPS: dict[str, Callable[..., Any]] = {
     "delitem": operator.delitem, "eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le,
     "gt": operator.gt, "ge": operator.ge, "neg": operator.neg, "pos": operator.pos, "abs": abs,
     "invert": operator.invert, "int": int, "float": float, "index": operator.index, "round": round,
-    "divmod": divmod, "rdivmod": _reflected(divmod),
+    "divmod": divmod, "rdivmod": _reflected(divmod), "next_": next,
     **_BINARY, **{f"r{name}": _reflected(op) for name, op in _BINARY.items()},
 }
 

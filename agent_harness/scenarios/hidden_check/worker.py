@@ -19,7 +19,7 @@ import types
 from typing import Any
 
 from .codec import READABLE_DUNDERS, Encoder, Malformed, is_dunder, is_namedtuple_class, stdlib_object, type_name
-from .decode import Decoder
+from .decode import Decoder, as_list
 from .wire import OPS, Side, print_traceback, send
 
 # Dunder methods whose result is a verdict the test would take on trust: a comparison, a hash, a
@@ -108,50 +108,32 @@ class CheckerObject:
     def __format__(self, spec: str) -> str:
         return str(self._hc("format", spec))
 
-    def __iter__(self) -> Any:
-        return self._hc("iter")
 
-    def __len__(self) -> int:
-        return int(self._hc("len"))
+def _forward(op: str, kind: type | None = None) -> Any:
+    def method(self: CheckerObject, *args: Any) -> Any:
+        out = self._hc(op, *args)
+        return kind(out) if kind is not None else out
 
-    def __contains__(self, item: object) -> bool:
-        return bool(self._hc("contains", item))
-
-    def __getitem__(self, key: Any) -> Any:
-        return self._hc("getitem", key)
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        self._hc("setitem", key, value)
-
-    def __delitem__(self, key: Any) -> None:
-        self._hc("delitem", key)
-
-    def __index__(self) -> int:
-        return int(self._hc("index"))
-
-    def __int__(self) -> int:
-        return int(self._hc("int"))
-
-    def __float__(self) -> float:
-        return float(self._hc("float"))
+    return method
 
 
-def _binary(op: str) -> Any:
-    return lambda self, other: self._hc(op, other)
+def _forward_call(self: CheckerObject, *args: Any, **kwargs: Any) -> Any:
+    return self._hc_side.request("call", self._hc_ref, [args, tuple(kwargs.items())])
 
 
-def _unary(op: str) -> Any:
-    return lambda self: self._hc(op)
-
-
-for _op in ("lt", "le", "gt", "ge", "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "lshift",
-            "rshift", "and", "or", "xor", "divmod"):
-    _key = _op + "_" if _op in ("and", "or") else _op
-    setattr(CheckerObject, f"__{_op}__", _binary(_key))
-    if _op not in ("lt", "le", "gt", "ge"):
-        setattr(CheckerObject, f"__r{_op}__", _binary("r" + _key))
-for _op in ("neg", "pos", "abs", "invert"):
-    setattr(CheckerObject, f"__{_op}__", _unary(_op))
+# The special methods a stand-in has: those its checker class has (so that `isinstance(x, Iterable)`,
+# `callable(x)` and kin answer as they would for the object itself), each a request to the checker.
+SPECIALS: dict[str, Any] = {
+    "__call__": _forward_call, "__iter__": _forward("iter"), "__next__": _forward("next_"),
+    "__len__": _forward("len", int), "__contains__": _forward("contains", bool), "__getitem__": _forward("getitem"),
+    "__setitem__": _forward("setitem"), "__delitem__": _forward("delitem"), "__index__": _forward("index", int),
+    "__int__": _forward("int", int), "__float__": _forward("float", float),
+    **{f"__{op}__": _forward(op) for op in ("lt", "le", "gt", "ge", "neg", "pos", "abs", "invert", "divmod",
+                                            "rdivmod")},
+    **{f"__{p}{op}__": _forward(p + op + ("_" if op in ("and", "or") else ""))
+       for op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "lshift", "rshift", "and",
+                  "or", "xor") for p in ("", "r")},
+}
 
 
 class ProxyMeta(type):
@@ -192,6 +174,11 @@ class CheckerIterator:
 
     def __next__(self) -> Any:
         return self._hc_side.request("next", self._hc_ref, [])
+
+
+def specials(cls: type) -> list[str]:
+    """The special methods of `cls` (beyond `object`'s) that stand-ins forward."""
+    return [n for n in SPECIALS if getattr(cls, n, None) not in (None, getattr(object, n, None))]
 
 
 class WorkerSide(Side):
@@ -237,9 +224,9 @@ class WorkerSide(Side):
                     return ["nt", t.__name__, list(getattr(k, "_fields", ())), enc.items(tuple.__iter__(v)),
                             str(t.__module__)]
         if hasattr(t, "__next__") and hasattr(t, "__iter__"):
-            return ["P", self.export(v, "it"), "it", type_name(t), False]
+            return ["P", self.export(v, "it"), "it", type_name(t), ["__iter__", "__next__"]]
         if issubclass(t, _CALLABLES) or t.__name__ == "partial":
-            return ["P", self.export(v, "fn"), "fn", str(getattr(v, "__name__", type_name(t)))[:80], False]
+            return ["P", self.export(v, "fn"), "fn", str(getattr(v, "__name__", type_name(t)))[:80], ["__call__"]]
         state: list[Any] = []
         attrs = getattr(v, "__dict__", None)
         if type(attrs) is dict:
@@ -253,7 +240,7 @@ class WorkerSide(Side):
                     state += [name, enc.slot(getattr(v, name))]
         base = _base_value(v)
         return ["o", t.__name__, type_name(t), state, self.export(v, "obj"), self.overrides(t), enc.slot(base),
-                hasattr(t, "__len__")]
+                specials(t)]
 
     # -- the checker's objects coming in --
     def decode_entry(self, dec: Decoder, i: int, tag: str, rest: list[Any]) -> Any:
@@ -263,10 +250,10 @@ class WorkerSide(Side):
         if ref in self.proxies:
             return self.proxies[ref]
         if kind == "cls":
-            return self.remember_proxy(ref, self.proxy_class(ref, str(info)))
+            return self.remember_proxy(ref, self.proxy_class(ref, str(info[0]), info[1]))
         if kind == "obj":
-            class_ref, class_name, *flags = info
-            proxy: Any = object.__new__(self.proxy_class(int(class_ref), str(class_name)))
+            class_ref, class_name, specials, *flags = info
+            proxy: Any = object.__new__(self.proxy_class(int(class_ref), str(class_name), specials))
             object.__setattr__(proxy, "_hc_flags", tuple(bool(f) for f in flags))
         elif kind == "fn":
             proxy = object.__new__(CheckerFunction)
@@ -278,14 +265,15 @@ class WorkerSide(Side):
             object.__setattr__(proxy, "_hc_side", self)
         return self.remember_proxy(ref, proxy)
 
-    def proxy_class(self, ref: int, name: str) -> type:
+    def proxy_class(self, ref: int, name: str, specials: Any) -> type:
         cls = self.proxies.get(ref)
         if isinstance(cls, type):
             return cls
         own = getattr(self.module, name, None)
+        methods = {n: SPECIALS[n] for n in as_list(specials) if n in SPECIALS}
         made = ProxyMeta(name if name.isidentifier() else "Object", (CheckerObject,), {
             "__slots__": (), "_hc_side": self, "_hc_class_ref": ref,
-            "_hc_module_class": own if isinstance(own, type) else None})
+            "_hc_module_class": own if isinstance(own, type) else None, **methods})
         return self.remember_proxy(ref, made)
 
     def make_enum(self, name: Any, module: Any, member: Any, base: Any, overrides: Any, dec: Decoder) -> Any:

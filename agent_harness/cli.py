@@ -180,6 +180,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     registry = load_registry(args.registry)
     specs = registry.resolve(args.models)
+    from .tempdirs import reap_orphans
+
+    reap_orphans()  # the workspaces of runs killed before they could remove them
     from .planning import scenario_strategies
     from .runner import RunConfig, run
     from .scenarios import get_scenario, scenario_names

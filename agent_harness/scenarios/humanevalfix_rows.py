@@ -143,18 +143,60 @@ def _parquet_file(path: Path) -> Any:
         raise ConfigError(f"{path}: cannot read parquet: {(str(e).splitlines() or [''])[0][:200]}") from None
 
 
+def _text_type(t: Any) -> bool:
+    import pyarrow as pa
+
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+                or pa.types.is_large_binary(t))
+
+
+def _check_columns(schema: Any, path: Path) -> None:
+    """Columns of text (plain or dictionary-encoded) or of single numbers only: a row holds nothing else, and
+    the size of these can be told before they become Python objects."""
+    import pyarrow as pa
+
+    for field in schema:
+        t = field.type
+        if not (_text_type(t) or (pa.types.is_dictionary(t) and _text_type(t.value_type)) or pa.types.is_integer(t)
+                or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_null(t)):
+            raise ConfigError(f"{path}: column {_shown(field.name)} is of type {str(t)[:60]}; "
+                              "a HumanEvalFix row holds text and numbers only")
+
+
+def _batch_bytes(batch: Any, path: Path) -> int:
+    """The bytes `batch` holds once decoded (a dictionary-encoded value counts once per row that uses it),
+    computed without decoding it; ConfigError when one value is over the field cap."""
+    import pyarrow.compute as pc
+
+    total = 0
+    for name, col in zip(batch.schema.names, batch.columns, strict=True):
+        if hasattr(col, "dictionary"):
+            lengths = pc.take(pc.binary_length(col.dictionary), col.indices)
+        elif _text_type(col.type):
+            lengths = pc.binary_length(col)
+        else:
+            total += col.nbytes
+            continue
+        if (pc.max(lengths).as_py() or 0) > 4 * MAX_FIELD_CHARS:
+            raise ConfigError(f"{path}: a value of column {_shown(name)} is longer than {MAX_FIELD_CHARS} characters")
+        total += pc.sum(lengths).as_py() or 0
+    return total
+
+
 def _read_parquet(path: Path, budget: _Budget | None = None) -> list[dict[str, Any]]:
-    """The rows of a parquet file, its declared sizes checked first, then read a few rows at a time."""
+    """The rows of a parquet file, its declared sizes checked first, then read a few rows at a time, each batch
+    measured before it becomes Python objects (the footer and dictionary encoding may understate it)."""
     budget = budget or _Budget()
     pf = _parquet_file(path)
     md = pf.metadata
+    _check_columns(pf.schema_arrow, path)
     declared = sum(md.row_group(g).column(c).total_uncompressed_size
                    for g in range(md.num_row_groups) for c in range(md.num_columns))
     budget.check(md.num_rows, declared, path)  # before anything is decompressed
     rows: list[Any] = []
     try:
         for batch in pf.iter_batches(batch_size=BATCH_ROWS, use_threads=False):
-            budget.add(batch.num_rows, batch.nbytes, path)  # a footer may understate what the pages hold
+            budget.add(batch.num_rows, _batch_bytes(batch, path), path)
             rows += batch.to_pylist()
     except (OSError, ValueError) as e:
         raise ConfigError(f"{path}: cannot read parquet: {(str(e).splitlines() or [''])[0][:200]}") from None

@@ -32,6 +32,7 @@ SECRET_NAME = re.compile(r"(?:^|_)(?:API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|C
 _lock = threading.Lock()
 _values: set[str] = set()
 _pattern: re.Pattern[str] | None = None
+_forms_held: tuple[str, ...] = ()  # every form of every secret, longest first
 _longest = 0
 _env_read = False
 
@@ -59,13 +60,13 @@ def _forms(value: str) -> set[str]:
 
 def register(value: str | None) -> None:
     """Treat `value` (an API key, a token) as a secret from now on; None or a short value is ignored."""
-    global _pattern, _longest
+    global _pattern, _forms_held, _longest
     if not value or len(value) < MIN_CHARS or value in _values:
         return
     with _lock:
         _values.add(value)
         forms = sorted({f for v in _values for f in _forms(v)}, key=len, reverse=True)
-        _pattern, _longest = re.compile("|".join(map(re.escape, forms))), len(forms[0])
+        _pattern, _forms_held, _longest = re.compile("|".join(map(re.escape, forms))), tuple(forms), len(forms[0])
 
 
 def register_environment(environ: Mapping[str, str] | None = None) -> None:
@@ -87,7 +88,7 @@ def _compiled() -> re.Pattern[str] | None:
 def redact(text: str) -> str:
     """`text` with every registered secret, in each of its forms, replaced by REDACTED."""
     pattern = _compiled()
-    return text if pattern is None or not text else pattern.sub(REDACTED, text)
+    return pattern.sub(REDACTED, text) if pattern is not None and held(text) else text
 
 
 def redact_head(text: str, n: int) -> str:
@@ -109,9 +110,10 @@ def redact_head(text: str, n: int) -> str:
 
 
 def held(text: str) -> bool:
-    """Whether `text` holds a registered secret in any of its forms (cheap: one regex search)."""
-    pattern = _compiled()
-    return pattern is not None and pattern.search(text) is not None
+    """Whether `text` holds a registered secret in any of its forms (cheap: a substring search per form,
+    several times faster than the regex)."""
+    _compiled()
+    return any(form in text for form in _forms_held)
 
 
 def redact_value(value: Any) -> Any:

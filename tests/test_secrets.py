@@ -188,7 +188,7 @@ def test_every_form_of_a_registered_secret_is_redacted() -> None:
 
 
 def test_variables_named_like_secrets_are_registered() -> None:
-    secrets.register_environment({"MY_SERVICE_TOKEN": "v4lue-of-a-token", "TOKENIZERS_PARALLELISM": "false-ish-value",
+    secrets.register_environment({"HF_TOKEN": "hf_v4lueOfAToken", "TOKENIZERS_PARALLELISM": "false-ish-value",
                                   "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG"})
-    assert secrets.redact("v4lue-of-a-token wJalrXUtnFEMI/K7MDENG false-ish-value") == (
+    assert secrets.redact("hf_v4lueOfAToken wJalrXUtnFEMI/K7MDENG false-ish-value") == (
         "[REDACTED] [REDACTED] false-ish-value")

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from . import stop
 from .analysis import ANALYSES
 from .errors import ConfigError, HarnessError, StopRequested
+from .secrets import redact
 from .text import printable, printable_stdio, terminal_stream
 
 if TYPE_CHECKING:
@@ -25,13 +26,13 @@ class PrintableFormatter(logging.Formatter):
     """Log lines with control characters escaped: messages quote model output, server replies and file names."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        return printable(super().formatMessage(record))
+        return printable(redact(super().formatMessage(record)))
 
     def formatException(self, ei: Any) -> str:
-        return printable(super().formatException(ei), multiline=True)
+        return printable(redact(super().formatException(ei)), multiline=True)
 
     def formatStack(self, stack_info: str) -> str:
-        return printable(super().formatStack(stack_info), multiline=True)
+        return printable(redact(super().formatStack(stack_info)), multiline=True)
 
 
 def shown(text: object) -> Any:
@@ -179,6 +180,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     registry = load_registry(args.registry)
     specs = registry.resolve(args.models)
+    from .tempdirs import reap_orphans
+
+    reap_orphans()  # the workspaces of runs killed before they could remove them
     from .planning import scenario_strategies
     from .runner import RunConfig, run
     from .scenarios import get_scenario, scenario_names
@@ -417,11 +421,11 @@ def _guard(fn: Callable[[], int]) -> int:
                 return fn()
             except HarnessError as e:
                 if stop.requested() is None:
-                    print(f"error: {printable(str(e))}", file=sys.stderr)
+                    print(f"error: {printable(redact(str(e)))}", file=sys.stderr)
                     return e.exit_code
             except Exception:  # a bug: its traceback, escaped (exception messages quote outside text)
                 if stop.requested() is None:
-                    sys.stderr.write(printable(traceback.format_exc(), multiline=True))
+                    sys.stderr.write(printable(redact(traceback.format_exc()), multiline=True))
                     return 1
         except (StopRequested, KeyboardInterrupt):
             pass

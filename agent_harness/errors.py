@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -84,23 +83,6 @@ class ModelCallFailed(BackendError):
 
 class UnusableReply(BackendError):
     """The server's reply could not be used (`Completion.error`): the episode ends with no verdict."""
-
-
-def read_yaml(path: Path, what: str) -> Any:
-    """The YAML document in the user's file `path` (a `what`: "registry", "scenario"); one-line
-    ConfigError when it is missing, unreadable, not UTF-8 or not valid YAML."""
-    import yaml
-
-    if not path.is_file():
-        raise ConfigError(f"{path}: {what} file not found")
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path}:{where} invalid YAML: {getattr(e, 'problem', e)}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: cannot read the {what} file: {e}") from None
 
 
 def validation_error(source: object, e: ValidationError, data: Any, *, id_key: str = "id",

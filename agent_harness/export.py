@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError, HarnessError
+from .secrets import redact, redact_value
 from .trace_check import check_trace
 from .trace_io import Unreadable, parse_json, read_json, read_json_lines, report_skipped, skip_line, trace_files
 from .trace_model import STEP_FIELDS, Outcome, Trace
@@ -168,7 +169,7 @@ def read_episodes(traces: Path) -> tuple[list[dict[str, Any]], list[str]]:
         except Unreadable as e:
             skipped.append(skip_line(rel, e))
             continue
-        rows.append(episode_row(data, rel))
+        rows.append(episode_row(redact_value(data), rel))  # traces written before secrets were redacted
     return rows, skipped
 
 
@@ -279,7 +280,7 @@ def export(traces: Path, to: Path, rows_per_shard: int = ROWS_PER_SHARD) -> tupl
         for k in range(n):
             part = rows[k * rows_per_shard:(k + 1) * rows_per_shard]
             pq.write_table(pa.Table.from_pylist(part, schema=sch), tmp / DATA_DIR / f"train-{k:05d}-of-{n:05d}.parquet")
-        (tmp / "README.md").write_text(dataset_card(rows, skipped, traces, n), encoding="utf-8")
+        (tmp / "README.md").write_text(redact(dataset_card(rows, skipped, traces, n)), encoding="utf-8")
         report_skipped(skipped, "file(s)")  # the card lists them too
         if to.exists():
             to.rmdir()

@@ -15,14 +15,16 @@ from .trace_io import Unreadable, read_json_lines, skip_line
 MAX_JSONL_BYTES = 1 << 30
 
 
-def read_jsonl(path: Path, what: str = "file", *, skip_bad: bool = False) -> list[tuple[int, Any]]:
+def read_jsonl(path: Path, what: str = "file", *, skip_bad: bool = False,
+               limit: int = MAX_JSONL_BYTES) -> list[tuple[int, Any]]:
     """(line number, value) of every non-blank line of `path`.
 
     An unreadable file is a ConfigError ("cannot read <what>") and so is a line that is not JSON
     (naming file:line); with `skip_bad` such lines are left out and an unreadable file reads as empty.
+    A file over `limit` bytes is unreadable.
     """
     try:
-        lines = read_json_lines(path, MAX_JSONL_BYTES)
+        lines = read_json_lines(path, limit)
     except Unreadable as e:
         if skip_bad:
             return []

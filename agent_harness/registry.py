@@ -6,8 +6,10 @@ Every error names the file and the key, on one line, and maps to exit code 2.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -20,11 +22,13 @@ from pydantic import (
     model_validator,
 )
 
-from .errors import ConfigError, read_yaml, validation_error
+from .errors import ConfigError, validation_error
 from .types import GenParams
+from .yaml_file import read_yaml
 
 BackendName = Literal["transformers", "vllm", "openai", "scripted"]
 USER_REGISTRY = "models.yaml"  # in the current directory, it overrides the built-in registry
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _data_root() -> tuple[Path, bool]:
@@ -107,6 +111,16 @@ class OpenAIEndpoint(_Strict):
             raise ValueError("base_url: the same URL is listed twice")
         if isinstance(self.api_key_env, list) and len(self.api_key_env) != len(urls):
             raise ValueError(f"api_key_env: {len(self.api_key_env)} entries for {len(urls)} base_url(s)")
+        for url in urls:
+            parts = urlsplit(url.strip())
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                raise ValueError("base_url: needs an http:// or https:// URL")
+            if "@" in parts.netloc:  # not echoed: it would print the credentials
+                raise ValueError("base_url: credentials in the URL would be printed and stored with it; "
+                                 "name the variable holding the key in api_key_env")
+        bad = [k for k in self.key_envs() if k is not None and not ENV_NAME.fullmatch(k)]
+        if bad:
+            raise ValueError(f"api_key_env: {bad[0][:60]!r} is not an environment variable name")
         return self
 
     def urls(self) -> list[str]:
@@ -232,7 +246,10 @@ def default_registry_path() -> Path:
 
 
 def load_registry(path: str | os.PathLike[str] | None = None) -> Registry:
-    """Load and validate a registry file (default: `default_registry_path()`); one-line ConfigError on any problem."""
+    """Load and validate a registry file (default: `default_registry_path()`); one-line ConfigError on any problem.
+
+    A `models.yaml` found in the current folder (no `path` given) is not trusted to read secrets: it may
+    not name an `api_key_env` (see `_check_found`)."""
     p = Path(path) if path else default_registry_path()
     data = read_yaml(p, "registry")
     if not isinstance(data, dict) or "models" not in data:
@@ -249,4 +266,18 @@ def load_registry(path: str | os.PathLike[str] | None = None) -> Registry:
             seen[n] = m.name
     if reg.default and reg.default not in seen:
         raise ConfigError(f"{p}: default: unknown model '{reg.default}'")
+    if not path:
+        _check_found(reg, p)
     return reg
+
+
+def _check_found(reg: Registry, p: Path) -> None:
+    """A registry the harness found by itself in the current folder, which may be anyone's (a cloned
+    repository, a shared folder), must not send an environment variable's value to a URL of its choosing:
+    naming `api_key_env` needs the file given explicitly (`--registry`). The built-in registry is trusted."""
+    if p.resolve() == DEFAULT_REGISTRY.resolve():
+        return
+    for m in reg.models:
+        if m.openai is not None and any(m.openai.key_envs()):
+            raise ConfigError(f"{p}: models[{m.name}].openai.api_key_env: a {USER_REGISTRY} found in the current "
+                              f"folder may not read secrets; if you trust it, give it as --registry {p}")

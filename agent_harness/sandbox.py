@@ -49,6 +49,7 @@ from .bounds import (
 )
 from .errors import HarnessError
 from .reaper import Proc, collect
+from .tempdirs import owned_tempdir
 from .types import CmdResult
 
 __all__ = ["WORKDIR", "Limits", "bwrap_problem", "describe_bounds", "detect_sandbox", "hand_over", "memory_cgroup",
@@ -115,7 +116,7 @@ def _etc_dir() -> str:
     """A folder with the synthetic /etc files bwrap binds, written once per process."""
     with _lock:
         if "etc" not in _probed:
-            d = tempfile.mkdtemp(prefix="agent-harness-etc-")
+            d = str(owned_tempdir("etc"))
             os.chmod(d, 0o755)
             for name, text in _ETC_FILES.items():
                 Path(d, name).write_text(text, encoding="utf-8")
@@ -129,7 +130,7 @@ def _probe_bwrap() -> str | None:
     """None when bwrap runs a command here with our full set of options, else why not."""
     if shutil.which("bwrap") is None:
         return "bwrap is not installed"
-    tmp = Path(tempfile.mkdtemp(prefix="agent-harness-probe-"))
+    tmp = owned_tempdir("probe")
     try:
         hand_over(tmp)
         _reachable(tmp)
@@ -222,7 +223,7 @@ def _bwrap_argv(cmd: list[str], cwd: Path, limits: Limits, env: dict[str, str], 
 
 
 def _private_home(uid: int | None) -> Path:
-    home = Path(tempfile.mkdtemp(prefix="agent-harness-home-"))
+    home = owned_tempdir("home")
     if uid is not None:
         os.chown(home, uid, uid)
     return home

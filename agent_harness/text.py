@@ -7,6 +7,8 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from .secrets import redact
+
 # A lone surrogate (e.g. the JSON escape "\ud800") is a valid Python str but not encodable as UTF-8:
 # the OS, the trace writer and the tokenizers would all raise on it.
 _SURROGATES = {c: 0xFFFD for c in range(0xD800, 0xE000)}
@@ -72,7 +74,7 @@ class PrintableStream:
         self.target = target
 
     def write(self, s: str) -> int:
-        self.target.write(s.translate(_STREAM))
+        self.target.write(redact(s).translate(_STREAM))
         return len(s)
 
     def writelines(self, lines: Iterable[str]) -> None:

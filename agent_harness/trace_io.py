@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from . import safefs
+from .secrets import held, redact, redact_value
 from .text import printable, safe_text
 
 if TYPE_CHECKING:
@@ -99,7 +100,7 @@ def append_text(path: str | os.PathLike[str], text: str) -> None:
     """Append `text` (UTF-8) to the regular file `path`; OSError when `path` is anything else."""
     fd = open_append(path)
     try:
-        data = text.encode("utf-8")
+        data = redact(text).encode("utf-8")
         while data:
             data = data[os.write(fd, data):]
     finally:
@@ -298,6 +299,8 @@ def encode_json(data: Any) -> bytes:
 def _dumps(data: Any) -> bytes:
     # dumps() uses the C encoder; dump() streams through the pure-Python one (several times slower).
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    if held(text):  # a server quoted a secret (secrets.py): never stored
+        text = json.dumps(redact_value(data), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate from the model (a JSON escape like \ud800)

@@ -5,6 +5,9 @@ write (via run_cmd), so its config could name programs for git to run (core.fsmo
 diff.external, textconv and filter drivers, ...). `diff()` and `changed_files()` compare the
 working tree with the snapshot taken at creation instead, which also works when `.git` is gone;
 git commands that scorers need go through `run()`, inside the sandbox.
+
+Workspaces and their scoring copies are `tempdirs.owned_tempdir` folders: a run killed before it
+could remove them (SIGKILL) leaves them to the next run, which removes them.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ import hashlib
 import math
 import os
 import stat
-import tempfile
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -25,6 +27,7 @@ import git
 from . import safefs
 from .errors import ConfigError, ScoreError, ToolError
 from .sandbox import WORKDIR, Limits, detect_sandbox, hand_over, run_sandboxed
+from .tempdirs import owned_tempdir
 from .types import CmdResult
 
 FIXED_DATE = "2000-01-01T00:00:00+0000"
@@ -71,7 +74,7 @@ class Workspace:
         """Write `files` into a new temp folder and commit them (fixed author and dates)."""
         snapshot = {_check_rel(rel): text.encode("utf-8") for rel, text in files.items()}
         sandbox = detect_sandbox()
-        root = Path(tempfile.mkdtemp(prefix="agent-harness-ws-"))
+        root = owned_tempdir("ws")  # removed by a later run if this one is killed
         try:
             for rel, data in snapshot.items():
                 path = root / rel
@@ -173,7 +176,7 @@ class Workspace:
         Raises ScoreError when the workspace cannot be copied within the bounds, ConfigError when
         a file of `files` cannot be placed (a file or folder of the agent's is in the way).
         """
-        copy = Path(tempfile.mkdtemp(prefix="agent-harness-score-"))
+        copy = owned_tempdir("score")
         try:
             try:
                 safefs.copy_regular_files(self.root, copy, self.limits.disk_files, self.limits.disk_bytes)

@@ -59,6 +59,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from .. import secrets
 from ..errors import BackendError, BackendUnavailable, ConfigError, MissingExtraError
 from ..settings import get_settings
 from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams, RequestMeta
@@ -138,6 +139,7 @@ class OpenAIBackend:
                 key = os.environ.get(key_env)
                 if not key:
                     raise BackendUnavailable(f"model '{spec.name}': the API key variable {key_env} is not set")
+                secrets.register(key)  # never printed or stored, whatever the server quotes back
                 headers["Authorization"] = f"Bearer {key}"
             endpoints.append(Endpoint(base_url, base_url.rstrip("/") + self.prompts.path, headers))
         self.url = endpoints[0].url

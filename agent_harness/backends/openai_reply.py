@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import BackendError
+from ..secrets import redact, redact_head
 from ..text import safe_text
 from ..trace_io import too_deep
 from ..types import NativeCall
@@ -86,8 +87,9 @@ class Reply:
 
 
 def one_line(text: str, limit: int = MESSAGE_CHARS) -> str:
-    """`text` on one line (whitespace runs collapsed), surrogates replaced, cut to `limit` characters."""
-    line = " ".join(safe_text(text[: limit * 4]).split())
+    """`text` on one line (whitespace runs collapsed), surrogates replaced, registered secrets redacted
+    (a server's message may quote the request's Authorization header), cut to `limit` characters."""
+    line = " ".join(safe_text(redact_head(text, limit * 4)).split())
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
@@ -99,7 +101,7 @@ def parse_json(raw: bytes | str, what: str = "reply") -> Any:
     try:
         return json.loads(data)
     except (ValueError, RecursionError):  # JSONDecodeError, bad UTF-8, an int of too many digits
-        raise BadReply(f"{what} is not JSON: {one_line(repr(data[:200]), 200)}") from None
+        raise BadReply(f"{what} is not JSON: {one_line(repr(data[:4096]), 200)}") from None
 
 
 def _text_field(obj: dict[str, Any], key: str, where: str) -> str:
@@ -212,7 +214,7 @@ def body_reply(data: Any, caps: ReplyCaps) -> Reply:
     calls = _tool_calls(message.get("tool_calls"), "message") if message else ()
     if len(text) + sum(len(c.name) + len(c.arguments) for c in calls) > caps.chars:
         raise _too_long(caps)
-    return Reply(text, _finish(choice, "choices[0]"), _usage(data), calls)
+    return _redacted(Reply(text, _finish(choice, "choices[0]"), _usage(data), calls))
 
 
 @dataclass
@@ -299,7 +301,13 @@ class StreamReply:
             if call.name is None:
                 raise BadReply(f"streamed tool call {index} has no function name")
             calls.append(NativeCall(call.name, "".join(call.arguments), call.id))
-        return Reply("".join(self.parts), self.finish, self.usage, tuple(calls))
+        return _redacted(Reply("".join(self.parts), self.finish, self.usage, tuple(calls)))
+
+
+def _redacted(reply: Reply) -> Reply:
+    """`reply` with registered secrets redacted from its text and tool calls (a server may echo them)."""
+    calls = tuple(NativeCall(redact(c.name), redact(c.arguments), c.id and redact(c.id)) for c in reply.tool_calls)
+    return Reply(redact(reply.text), reply.finish_reason, reply.usage, calls)
 
 
 def _json_bytes(value: Any) -> int:
@@ -365,4 +373,4 @@ def error_message(raw: bytes) -> str:
             msg = body.get("detail") or body.get("message")
     if msg is None:
         msg = raw.decode("utf-8", "replace")
-    return one_line(msg if isinstance(msg, str) else json.dumps(msg, default=str)[: MESSAGE_CHARS * 4])
+    return one_line(msg if isinstance(msg, str) else json.dumps(msg, default=str))  # the body is bounded

@@ -17,178 +17,35 @@ Data: `scenarios/humanevalfix/python.jsonl` (164 rows, sha256-pinned; see its RE
 in an installed wheel), a user-given `dataset_path` (.jsonl, .parquet, or a dataset folder: parquet or
 jsonl shards, or `save_to_disk` output), or the Hugging Face Hub with ``options["hub"]``.
 ``options["timeout_s"]`` sets the hidden test's time limit (default 10 s, as bigcode's harness).
+The rows are read and checked (runnable, one trace each, bounded in size) by `humanevalfix_rows`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import re
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
-from ..jsonl import read_jsonl
-from ..registry import PROJECT_ROOT
 from ..strategies import extract
 from ..types import Conversation, ScoreResult, Task
 from . import bigcode_prompt
 from .bigcode_prompt import FixPrompt
 from .hidden_score import HIDDEN_TIMEOUT_S, reference_helpers, run_hidden_test
+from .humanevalfix_rows import DATA_FILE, DATA_SHA256, _vendored_rows, load_rows, select_rows
 
-__all__ = ["DATA_FILE", "DATA_SHA256", "SCENARIO", "HumanEvalFix", "build_task", "load_rows", "reference_helpers",
-           "run_hidden_test", "select_rows"]
+__all__ = ["DATA_FILE", "DATA_SHA256", "SCENARIO", "HumanEvalFix", "_vendored_rows", "build_task", "load_rows",
+           "reference_helpers", "run_hidden_test", "select_rows"]
 
 if TYPE_CHECKING:
     from ..workspace import Workspace
     from . import TaskQuery
 
-DATA_DIR = PROJECT_ROOT / "scenarios" / "humanevalfix"
-DATA_FILE = DATA_DIR / "python.jsonl"
-DATA_SHA256 = "8c10bb7ecb532e15932da3509a9ab3c490966060e47e3fc8302be3d3062b5650"
-HUB_DATASET = ("bigcode/humanevalpack", "python")
-REQUIRED_FIELDS = ("task_id", "declaration", "buggy_solution", "canonical_solution", "entry_point", "test")
 DOCS_LABEL = "docs"  # HumanEvalFixDocs: signature + docstring instead of the declaration
 SINGLE_SHOT_SYSTEM = (
     "You are an expert Python programmer. Reply with the complete fixed function in one "
     "```python code block."
 )
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-# ---------------------------------------------------------------------------------------
-# Loading rows
-# ---------------------------------------------------------------------------------------
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _check_rows(rows: list[Any], source: str) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    for i, row in enumerate(rows):
-        if not isinstance(row, dict):
-            raise ConfigError(f"{source}: row {i + 1}: expected an object, got {type(row).__name__}")
-        missing = [k for k in REQUIRED_FIELDS if not isinstance(row.get(k), str)]
-        if missing:
-            raise ConfigError(f"{source}: row {i + 1}: missing or non-string field(s): {', '.join(missing)}")
-        if not _IDENT.match(row["entry_point"]):
-            raise ConfigError(f"{source}: row {i + 1}: entry_point {row['entry_point']!r} is not a name")
-        out.append(row)
-    if not out:
-        raise ConfigError(f"{source}: no rows")
-    return out
-
-
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return _check_rows([row for _, row in read_jsonl(path, "dataset")], str(path))
-
-
-def _read_parquet(path: Path) -> list[dict[str, Any]]:
-    import pandas as pd
-
-    try:
-        df = pd.read_parquet(path)
-    except ImportError as e:
-        raise ConfigError(f"{path}: reading parquet needs pyarrow (pip install pyarrow): {e}") from None
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{path}: cannot read parquet: {str(e).splitlines()[0]}") from None
-    return _check_rows(df.to_dict("records"), str(path))
-
-
-def _read_hub() -> list[dict[str, Any]]:
-    source = f"hub dataset {HUB_DATASET[0]} ({HUB_DATASET[1]})"
-    try:
-        import datasets
-    except ImportError:
-        raise ConfigError(f"{source}: package 'datasets' is not installed (pip install datasets)") from None
-    try:
-        ds = datasets.load_dataset(*HUB_DATASET)["test"]
-    except Exception as e:  # the hub client raises many types (offline, HTTP, cache misses)
-        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ConfigError(f"{source}: cannot load ({type(e).__name__}: {msg})") from None
-    return _check_rows([dict(r) for r in ds], source)
-
-
-def _read_saved_dataset(path: Path) -> list[dict[str, Any]]:
-    """A folder written by `datasets`' save_to_disk (a Dataset, or a DatasetDict: its 'test' or only split)."""
-    try:
-        import datasets
-    except ImportError:
-        raise ConfigError(f"{path}: reading a save_to_disk folder needs 'datasets' (pip install datasets)") from None
-    try:
-        ds = datasets.load_from_disk(str(path))
-    except Exception as e:  # datasets raises several types for a damaged folder
-        raise ConfigError(f"{path}: cannot load the saved dataset ({type(e).__name__}: "
-                          f"{str(e).splitlines()[0] if str(e) else ''})") from None
-    if isinstance(ds, datasets.DatasetDict):
-        splits = list(ds)
-        if "test" not in ds and len(splits) != 1:
-            raise ConfigError(f"{path}: splits {', '.join(splits)}; expected 'test' or a single split")
-        ds = ds["test" if "test" in ds else splits[0]]
-    return _check_rows([dict(r) for r in ds], str(path))
-
-
-def _read_dataset_dir(path: Path) -> list[dict[str, Any]]:
-    """A dataset folder: save_to_disk's layout, or parquet / jsonl shards (e.g. `data/test-*.parquet`)."""
-    if (path / "dataset_info.json").is_file() or (path / "dataset_dict.json").is_file():
-        return _read_saved_dataset(path)
-    for suffix, read in ((".parquet", _read_parquet), (".jsonl", _read_jsonl)):
-        shards = sorted(p for p in path.rglob(f"*{suffix}") if p.is_file() and not p.name.startswith("."))
-        if shards:
-            return _check_rows([r for shard in shards for r in read(shard)], str(path))
-    raise ConfigError(f"{path}: no .parquet or .jsonl files and not a save_to_disk folder")
-
-
-@lru_cache(maxsize=4)
-def _vendored_rows(path: Path, sha256: str) -> tuple[dict[str, Any], ...]:
-    if not path.is_file():
-        raise ConfigError(f"{path}: vendored HumanEvalFix data is missing")
-    actual = _sha256(path)
-    if actual != sha256:
-        raise ConfigError(f"{path}: sha256 {actual} does not match the pinned {sha256}")
-    return tuple(_read_jsonl(path))
-
-
-def load_rows(dataset_path: Path | None = None, *, hub: bool = False) -> list[dict[str, Any]]:
-    """Dataset rows: the Hub, a .jsonl/.parquet file or dataset folder, or the vendored, sha256-checked file."""
-    if hub:
-        return _read_hub()
-    if dataset_path is None:
-        return [dict(r) for r in _vendored_rows(DATA_FILE, DATA_SHA256)]
-    path = Path(dataset_path)
-    if path.is_dir():
-        return _read_dataset_dir(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: dataset file not found")
-    if path.suffix == ".parquet":
-        return _read_parquet(path)
-    if path.suffix in (".jsonl", ".json"):
-        return _read_jsonl(path)
-    raise ConfigError(f"{path}: dataset must be .jsonl or .parquet")
-
-
-def select_rows(rows: list[dict[str, Any]], task_ids: tuple[str, ...] = (), n: int | None = None,
-                scenario: str = "humanevalfix") -> list[tuple[int, dict[str, Any]]]:
-    """(position, row) for the given ids (``Python/12`` or ``12``) or all rows, then the first `n`."""
-    if n is not None and n < 0:
-        raise ConfigError(f"n must be >= 0, got {n}")
-    picked = list(enumerate(rows))
-    if task_ids:
-        by_id = {r["task_id"]: (i, r) for i, r in picked}
-        prefix = rows[0]["task_id"].split("/")[0] if "/" in rows[0]["task_id"] else ""
-        picked = []
-        for tid in dict.fromkeys(task_ids):
-            key = tid if tid in by_id else f"{prefix}/{tid}"
-            if key not in by_id:
-                first, last = rows[0]["task_id"], rows[-1]["task_id"]
-                short = f" or {first.split('/')[-1]}" if prefix else ""
-                raise ConfigError(f"{scenario}: unknown task id '{tid}'; ids look like {first}{short} "
-                                  f"({len(rows)} tasks, {first} … {last})")
-            picked.append(by_id[key])
-    return picked if n is None else picked[:n]
 
 
 # ---------------------------------------------------------------------------------------

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from ..errors import ConfigError, read_yaml, validation_error
+from ..errors import ConfigError, validation_error
 from ..types import ScoreResult, Task
+from ..yaml_file import read_yaml
 from .yaml_checks import CheckState, ignored, score_checks
 from .yaml_schema import (
     CHECK_KINDS,

@@ -27,13 +27,13 @@ import shlex
 import shutil
 import signal
 import sys
-import tempfile
 from multiprocessing import resource_tracker, spawn
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendUnavailable
 from ..settings import scoped_environ
+from ..tempdirs import owned_tempdir
 from .engine_process import children, read_log, root_cause
 from .loop import LoopThread
 
@@ -106,7 +106,7 @@ class InProcessEngine:
         from vllm.config.logging import LoggingConfig
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        folder = Path(tempfile.mkdtemp(prefix="agent-harness-vllm-"))
+        folder = owned_tempdir("vllm")
         launcher = folder / "launch"
         launcher.write_text("#!/bin/sh\nexec " + " ".join(shlex.quote(a) for a in (
             sys.executable, "-S", "-c", LAUNCHER, str(self.log_path), str(os.getpid()), sys.executable)) + ' "$@"\n')

@@ -15,7 +15,6 @@ from __future__ import annotations
 import ast
 import json
 import os
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -98,8 +97,9 @@ def _run(source: str, module: str, spec: str, part: str, timeout_s: float) -> tu
     """Run the checker's `part` ("checker" or "probe") on `source` in a fresh folder, in the sandbox."""
     from ..safefs import remove_tree
     from ..sandbox import Limits, run_sandboxed
+    from ..tempdirs import owned_tempdir
 
-    tmp = Path(tempfile.mkdtemp(prefix="hef-score-"))
+    tmp = owned_tempdir("hidden")  # removed by a later run if this one is killed
     spec_fd = _spec_fd(spec)
     try:
         (tmp / module).write_text(source, encoding="utf-8")

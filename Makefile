@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 ARGS ?=
 
-.PHONY: setup run test bench report lint wheel clean-cache
+.PHONY: setup run test bench report lint wheel docs clean-cache
 
 setup:
 	@bash scripts/setup.sh
@@ -32,6 +32,10 @@ lint:
 
 wheel: setup
 	$(PY) -m pip wheel --no-deps --no-build-isolation -w dist .
+
+# The documentation site into site/ (tests/test_docs.py builds it the same way); `.venv/bin/mkdocs serve` to browse.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 clean-cache:
 	rm -rf .cache

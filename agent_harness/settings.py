@@ -3,7 +3,7 @@
 `get_settings()` parses the environment into a frozen `Settings`; a bad value is a ConfigError
 naming the variable (one line, exit 2 from the CLI). The result is cached until one of the
 variables changes, so code reads settings freely and tests can still set variables.
-`VARIABLES` is the README's table.
+`VARIABLES` describes each one; the docs' Environment variables page is generated from it (scripts/docs_hooks.py).
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def parse(environ: dict[str, str]) -> Settings:
     """Validate the AGENT_HARNESS_* variables of `environ`; ConfigError (one line) on the first bad one."""
     unknown = sorted(k for k in environ if k.startswith(PREFIX) and k[len(PREFIX):].lower() not in VARIABLES)
     for k in unknown:
-        log.warning("%s is not a setting of the harness (ignored); known: see README 'Environment variables'", k)
+        log.warning("%s is not a setting of the harness (ignored); known: see the docs' Environment variables page", k)
     values = _raw(environ)
     try:
         return Settings(**values)  # type: ignore[arg-type]

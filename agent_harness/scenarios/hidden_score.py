@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import stat
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -93,7 +94,7 @@ def _spec_fd(spec: str) -> int:
     return fd
 
 
-def _run(source: str, module: str, spec: str, part: str, timeout_s: float) -> tuple[Any, bytes]:
+def _run(source: str, module: str, spec: str, part: str, timeout_s: float) -> tuple[Any, bytes, str | None]:
     """Run the checker's `part` ("checker" or "probe") on `source` in a fresh folder, in the sandbox."""
     from ..safefs import remove_tree
     from ..sandbox import Limits, run_sandboxed
@@ -101,21 +102,41 @@ def _run(source: str, module: str, spec: str, part: str, timeout_s: float) -> tu
 
     tmp = owned_tempdir("hidden")  # removed by a later run if this one is killed
     spec_fd = _spec_fd(spec)
+    sources = {f"hidden_check/{f.name}": f.read_bytes() for f in CHECKER_PACKAGE.glob("*.py")}
     try:
         (tmp / module).write_text(source, encoding="utf-8")
-        package = tmp / CHECKER_DIR / "hidden_check"
-        package.mkdir(parents=True)
-        for f in CHECKER_PACKAGE.glob("*.py"):
-            (package / f.name).write_text(f.read_text(encoding="utf-8"), encoding="utf-8")
+        for rel, data in sources.items():
+            (tmp / CHECKER_DIR / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / CHECKER_DIR / rel).write_bytes(data)
         limits = replace(Limits(), cpu_s=max(1, int(timeout_s)), wall_s=timeout_s)
         with verdict.channel() as (fd, got):
             boot = BOOT.format(folder=CHECKER_DIR, part=part)
             res = run_sandboxed(["python3", "-B", "-P", "-c", boot, str(fd), str(spec_fd)], tmp, limits=limits,
                                 pass_fds=(fd, spec_fd))
+        tampered = _tampered(tmp / CHECKER_DIR, sources)
     finally:
         os.close(spec_fd)
         remove_tree(tmp)
-    return res, got[0]
+    return res, got[0], tampered
+
+
+def _tampered(folder: Path, sources: dict[str, bytes]) -> str | None:
+    """Why the checker's folder is no longer what the harness wrote there (the code under test wrote
+    into it, or replaced it), or None. The checker never imports from it once it runs; a change is
+    still a sign of an attempt."""
+    from ..safefs import TreeTooLarge, lstat_rel, read_node, walk
+
+    st = lstat_rel(folder.parent, folder.name)
+    if st is None or not stat.S_ISDIR(st.st_mode):
+        return "the code under test replaced the checker's folder"
+    found: dict[str, bytes | None] = {}
+    try:
+        for node in walk(folder, max_entries=200):
+            found[node.rel] = read_node(node, 1 << 20)
+    except (TreeTooLarge, OSError):
+        return "the code under test wrote into the checker's folder"
+    changed = sorted(set(found) ^ set(sources) | {k for k in found.keys() & sources.keys() if found[k] != sources[k]})
+    return f"the code under test wrote into the checker's folder ({', '.join(changed[:3])})" if changed else None
 
 
 def _probe(source: str, module: str, entry_point: str, test: str, helpers: str, timeout_s: float) -> str | None:
@@ -123,7 +144,7 @@ def _probe(source: str, module: str, entry_point: str, test: str, helpers: str, 
     names = shadowing_names(source, test, entry_point)
     if not names:
         return None
-    res, got = _run(source, module, hidden_spec(module, entry_point, test, helpers, names), "probe", timeout_s)
+    res, got, _ = _run(source, module, hidden_spec(module, entry_point, test, helpers, names), "probe", timeout_s)
     report = verdict.parse_report(got) or {}
     laid = report.get("names")
     if report.get("passed") is not True or res.timed_out or type(laid) is not list or not laid:
@@ -138,9 +159,9 @@ def run_hidden_test(source: str | None, module: str, entry_point: str, test: str
     if source is None:
         return ScoreResult(passed=False, output=f"{module} is missing or not a regular file",
                            details={"module": module, "reason": "missing"})
-    res, got = _run(source, module, hidden_spec(module, entry_point, test, helpers), "checker", timeout_s)
+    res, got, tampered = _run(source, module, hidden_spec(module, entry_point, test, helpers), "checker", timeout_s)
     report = verdict.parse_report(got) or {}
-    suspicious = report.get("suspicious") if isinstance(report.get("suspicious"), str) else None
+    suspicious = report.get("suspicious") if isinstance(report.get("suspicious"), str) else tampered
     reported_pass = report.get("passed") is True
     if report and not reported_pass and not suspicious and not res.timed_out:
         suspicious = _probe(source, module, entry_point, test, helpers, timeout_s)

@@ -194,6 +194,23 @@ class CheckerSide(TrustedSide):
         return self.bad("a request the protocol does not make")
 
 
+def seal_imports() -> None:
+    """Import now what the checker may need later, then leave only read-only folders on sys.path: the
+    scoring folder (where this package lies) is writable by the code under test, and a module planted
+    there must never be imported by the checker."""
+    import collections  # noqa: F401
+    import dataclasses  # noqa: F401
+    import datetime  # noqa: F401
+    import decimal  # noqa: F401
+    import enum  # noqa: F401
+    import fractions  # noqa: F401
+
+    package_root = os.path.dirname(HERE)
+    sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) != package_root
+                   and not os.path.abspath(p).startswith(os.getcwd())]
+    sys.path_importer_cache.clear()
+
+
 def _undumpable() -> bool:
     """prctl(PR_SET_DUMPABLE, 0): no process of the same uid may open /proc/<pid>/fd or ptrace us."""
     try:
@@ -227,6 +244,7 @@ def main(argv: list[str]) -> int:
     """``checker VERDICT_FD SPEC_FD``: run the spec's test; report {"passed", "calls", "private", ...}."""
     verdict_fd = int(argv[0])
     os.set_inheritable(verdict_fd, False)
+    seal_imports()
     private = _undumpable()
     spec = read_spec(int(argv[1]))
     side = CheckerSide(spec["entry_point"])

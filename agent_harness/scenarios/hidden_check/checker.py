@@ -185,6 +185,7 @@ class CheckerSide(TrustedSide):
             if kind == "getattr" and len(values) == 1:
                 return getattr(obj, name)
             if kind == "setattr" and len(values) == 2:
+                self.guard_methods(obj if what == "cls" else type(obj), name, values[1])
                 return setattr(obj, name, values[1])
             if kind == "delattr" and len(values) == 1:
                 return delattr(obj, name)

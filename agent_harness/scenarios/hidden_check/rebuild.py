@@ -155,6 +155,8 @@ class TrustedSide(Side):
             if type(fields) is not list or type(values) is not list or len(fields) != len(values):
                 raise Malformed("bad dataclass")
             state = dec.state([x for pair in zip(fields, values, strict=True) for x in pair])
+        for k, x in state.items():
+            self.guard_methods(type(value), k, x)
         try:
             attrs = getattr(value, "__dict__", None)
             if type(attrs) is dict and tag == "o":
@@ -164,6 +166,13 @@ class TrustedSide(Side):
                     object.__setattr__(value, k, x)
         except (AttributeError, TypeError) as e:
             raise Refused(f"the checker could not rebuild a {type(value).__name__} object: {e}") from None
+
+    def guard_methods(self, cls: type, name: str, value: Any) -> None:
+        """Flag a function of the worker's put where the test's class has a method (in an object's state or
+        on the class): the test's own code would then run the module's code and take its answer."""
+        if isinstance(value, Remote) and callable(getattr(cls, name, None)):
+            self.flag(f"the code under test put a function of its own in place of the method `{name[:40]}` "
+                      f"of the test's {cls.__name__[:40]}")
 
     def check_overrides(self, qual: Any, overrides: Any) -> None:
         if type(overrides) is list and overrides:

@@ -780,6 +780,134 @@ def test_a_module_intflag_is_not_suspicious() -> None:
     honest_passes(score(*HONEST["module-intflag"]))
 
 
+STAND_IN_MODULE = """import math
+
+
+def f(res, kind):
+    if kind == "with":
+        with res as r:
+            return r.value
+    if kind == "round":
+        return round(res)
+    if kind == "floor":
+        return math.floor(res)
+    if kind == "fieldnames":
+        return res.fieldnames
+    if kind == "readline":
+        header = res.readline().strip().split(",")
+        return [dict(zip(header, line.strip().split(","))) for line in res]
+"""
+HONEST["stand-in-with"] = (STAND_IN_MODULE, """class Res:
+    def __init__(self):
+        self.value, self.open = 7, False
+
+    def __enter__(self):
+        self.open = True
+        return self
+
+    def __exit__(self, *exc):
+        self.open = False
+
+
+def check(f):
+    r = Res()
+    assert f(r, "with") == 7 and not r.open
+
+
+check(f)
+""")
+HONEST["stand-in-round"] = (STAND_IN_MODULE, """class Money:
+    def __init__(self, cents):
+        self.cents = cents
+
+    def __round__(self, n=None):
+        return round(self.cents / 100)
+
+    def __floor__(self):
+        return self.cents // 100
+
+
+def check(f):
+    assert f(Money(250), "round") == 2
+    assert f(Money(250), "floor") == 2
+
+
+check(f)
+""")
+HONEST["stand-in-stringio"] = (STAND_IN_MODULE, """import io
+
+
+def check(f):
+    assert f(io.StringIO("a,b\\n1,2\\n3,4\\n"), "readline") == [{"a": "1", "b": "2"}, {"a": "3", "b": "4"}]
+
+
+check(f)
+""")
+HONEST["stand-in-dictreader"] = (STAND_IN_MODULE, """import csv
+import io
+
+
+def check(f):
+    assert f(csv.DictReader(io.StringIO("a,b\\n1,2\\n")), "fieldnames") == ["a", "b"]
+
+
+check(f)
+""")
+
+
+@pytest.mark.xfail(strict=True, reason="F23: the worker's stand-ins forward neither __enter__/__exit__ nor "
+                                       "__round__/__floor__, and an iterator of the test's (StringIO, DictReader) "
+                                       "is a CheckerIterator with no attributes")
+@pytest.mark.parametrize("name", ["stand-in-with", "stand-in-round", "stand-in-stringio", "stand-in-dictreader"])
+def test_stand_ins_of_test_objects_keep_their_behaviour(name: str) -> None:
+    honest_passes(score(*HONEST[name]))
+
+
+HONEST["remote-contextmanager"] = ("""import contextlib
+
+
+@contextlib.contextmanager
+def f(log):
+    log.append("enter")
+    try:
+        yield len(log)
+    finally:
+        log.append("exit")
+""", """def check(f):
+    log = []
+    with f(log) as n:
+        assert n == 1
+    assert log == ["enter", "exit"]
+
+
+check(f)
+""")
+HONEST["remote-contains"] = ("""class Span:
+    def __init__(self, lo, hi):
+        self.lo, self.hi = lo, hi
+
+    def __contains__(self, x):
+        return self.lo <= x < self.hi
+
+
+def f(lo, hi):
+    return Span(lo, hi)
+""", """def check(f):
+    s = f(2, 5)
+    assert 3 in s and 5 not in s
+
+
+check(f)
+""")
+
+
+@pytest.mark.xfail(strict=True, reason="F24: a Remote (the module's object for the test) has no context-manager "
+                                       "protocol (@contextlib.contextmanager entry points) and no __contains__")
+@pytest.mark.parametrize("name", ["remote-contextmanager", "remote-contains"])
+def test_remotes_keep_the_behaviour_the_test_uses(name: str) -> None:
+    honest_passes(score(*HONEST[name]))
+
+
 @pytest.mark.parametrize("name", sorted(HONEST))
 def test_honest_modules_pass_in_one_process(name: str) -> None:
     module, test = HONEST[name]

@@ -61,13 +61,10 @@ def f(x):
 '''
 
 
-@pytest.mark.xfail(strict=True, reason="F1: the checker imports from the writable .hidden folder (code execution "
-                                       "in the checker, forged pass on any task)")
 def test_module_cannot_plant_a_module_the_checker_imports() -> None:
     forgery_fails(score(PATH_HIJACK, SIMPLE_TEST))
 
 
-@pytest.mark.xfail(strict=True, reason="F1 on HumanEvalFix Python/0, through the task's own test")
 def test_module_cannot_plant_a_module_on_a_real_task() -> None:
     task = SCENARIO.load_tasks(TaskQuery(task_ids=("Python/0",)))[0]
     md = task.metadata
@@ -157,19 +154,14 @@ SHADOW_ON_CLASS = '''def f(lst):
 '''
 
 
-@pytest.mark.xfail(strict=True, reason="F2: a worker callable planted in a rebuilt test-class object's state "
-                                       "shadows the method the test's __eq__ calls")
 def test_rebuilt_object_cannot_shadow_a_method_of_the_test_class() -> None:
     forgery_fails(score(SHADOW_IN_STATE, POLY_TEST))
 
 
-@pytest.mark.xfail(strict=True, reason="F2: setattr on the test's object plants a worker callable over a method")
 def test_setattr_cannot_plant_a_method_on_the_test_object() -> None:
     forgery_fails(score(SHADOW_BY_SETATTR, HEAP_TEST))
 
 
-@pytest.mark.xfail(strict=True, reason="F2: setattr on the test's class replaces a method the expected object "
-                                       "uses too")
 def test_setattr_cannot_replace_a_method_of_the_test_class() -> None:
     forgery_fails(score(SHADOW_ON_CLASS, LIST_TEST))
 
@@ -180,7 +172,6 @@ SHADOW_WITH_BOOL = SHADOW_IN_STATE.replace("lambda other: True", "bool  # the ch
 SHADOW_WITH_DIR = SHADOW_BY_SETATTR.replace("lambda: True", "dir  # the checker's dir(): a non-empty list")
 
 
-@pytest.mark.xfail(strict=True, reason="F2: a checker built-in (bool, dir) planted over a test method forges too")
 @pytest.mark.parametrize("case", ["state-bool", "setattr-dir"])
 def test_planted_builtins_cannot_stand_in_for_test_methods(case: str) -> None:
     module, test = (SHADOW_WITH_BOOL, POLY_TEST) if case == "state-bool" else (SHADOW_WITH_DIR, HEAP_TEST)

@@ -188,6 +188,7 @@ class CheckerSide(TrustedSide):
                 self.guard_methods(obj if what == "cls" else type(obj), name, values[1])
                 return setattr(obj, name, values[1])
             if kind == "delattr" and len(values) == 1:
+                self.guard_methods(obj if what == "cls" else type(obj), name, None)
                 return delattr(obj, name)
         if (kind == "op" and what in ("obj", "cls") and len(values) == 2 and values[0] in OPS
                 and type(values[1]) is tuple):

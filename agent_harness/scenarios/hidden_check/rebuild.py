@@ -168,9 +168,11 @@ class TrustedSide(Side):
             raise Refused(f"the checker could not rebuild a {type(value).__name__} object: {e}") from None
 
     def guard_methods(self, cls: type, name: str, value: Any) -> None:
-        """Flag a function of the worker's put where the test's class has a method (in an object's state or
-        on the class): the test's own code would then run the module's code and take its answer."""
-        if isinstance(value, Remote) and callable(getattr(cls, name, None)):
+        """Flag anything the worker puts where the test's class has a method (in an object's state or on the
+        class): the test's own code would then call the module's function, or a built-in of its choosing
+        (`object`, `bool`), and take its answer."""
+        method = getattr(cls, name, None)
+        if callable(method) and value is not method:
             self.flag(f"the code under test put a function of its own in place of the method `{name[:40]}` "
                       f"of the test's {cls.__name__[:40]}")
 

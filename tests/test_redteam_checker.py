@@ -240,13 +240,10 @@ check(f)
 ''')
 
 
-@pytest.mark.xfail(strict=True, reason="F3: Decoder.at recurses per tuple level; RecursionError past ~250 levels "
-                                       "is a 'malformed reply' flag")
 def test_a_deep_tuple_returned_is_not_suspicious() -> None:
     honest_passes(score(*HONEST["deep-tuple-returned"]))
 
 
-@pytest.mark.xfail(strict=True, reason="F3: the worker's decoder recurses too: it exits 3 on a deep tuple argument")
 def test_a_deep_tuple_passed_in_reaches_the_function() -> None:
     honest_passes(score(*HONEST["deep-tuple-passed"]))
 
@@ -575,9 +572,6 @@ check(f)
 """)
 
 
-@pytest.mark.xfail(strict=True, reason="F12-F14: an exception the test expects and catches is flagged: "
-                                       "StopIteration (flag when the test passes), SystemExit (a STOPPER), "
-                                       "ExceptionGroup (its __new__ rejects the empty list shell: 'malformed')")
 @pytest.mark.parametrize("name", ["stopiteration", "systemexit-argparse", "exception-group"])
 def test_expected_exceptions_are_not_suspicious(name: str) -> None:
     honest_passes(score(*HONEST[name]))
@@ -630,8 +624,6 @@ check(f)
 """)
 
 
-@pytest.mark.xfail(strict=True, reason="F19: a raised exception loses its own __str__ (the text sent is ignored) "
-                                       "and its __cause__")
 @pytest.mark.parametrize("name", ["exception-str", "exception-cause"])
 def test_exceptions_keep_their_message_and_cause(name: str) -> None:
     honest_passes(score(*HONEST[name]))
@@ -724,8 +716,6 @@ check(f)
 """)
 
 
-@pytest.mark.xfail(strict=True, reason="F18: recursion that crosses the boundary at each level fails past ~124 "
-                                       "levels (one process allows ~450 here)")
 def test_recursion_across_the_boundary_is_as_deep_as_in_one_process() -> None:
     honest_passes(score(*HONEST["recursion-across"]))
 
@@ -739,8 +729,6 @@ check(f)
 """)
 
 
-@pytest.mark.xfail(strict=True, reason="F21: floats cross by value, so a NaN the test passes comes back as another "
-                                       "NaN and list equality (identity first) fails")
 def test_a_nan_passed_through_is_the_same_nan() -> None:
     honest_passes(score(*HONEST["nan-identity"]))
 
@@ -765,8 +753,6 @@ check(f)
 """)
 
 
-@pytest.mark.xfail(strict=True, reason="F22: EnumType puts __or__/__and__/__xor__ in every Flag subclass's own dict, "
-                                       "so an IntFlag of the module's is flagged as overriding them")
 def test_a_module_intflag_is_not_suspicious() -> None:
     honest_passes(score(*HONEST["module-intflag"]))
 

@@ -34,8 +34,8 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from .codec import MALFORMED, MAX_REASON, READABLE_DUNDERS, Encoder, Refused, is_dunder, type_name
-from .rebuild import Forged, TrustedSide
+from .codec import MALFORMED, MAX_REASON, READABLE_DUNDERS, RECURSION_LIMIT, Encoder, Refused, is_dunder, type_name
+from .rebuild import TrustedSide
 from .wire import OPS, Side, print_traceback, send
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -196,10 +196,23 @@ class CheckerSide(TrustedSide):
         return self.bad("a request the protocol does not make")
 
 
+def names_used(source: str) -> set[str]:
+    """The names and attribute names the test's code uses (`SystemExit`, `json.JSONDecodeError` -> both parts)."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return set()
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
+        n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+
+
 def seal_imports() -> None:
     """Import now what the checker may need later, then leave only read-only folders on sys.path: the
     scoring folder (where this package lies) is writable by the code under test, and a module planted
     there must never be imported by the checker."""
+    import ast  # noqa: F401
     import collections  # noqa: F401
     import dataclasses  # noqa: F401
     import datetime  # noqa: F401
@@ -247,9 +260,11 @@ def main(argv: list[str]) -> int:
     verdict_fd = int(argv[0])
     os.set_inheritable(verdict_fd, False)
     seal_imports()
+    sys.setrecursionlimit(RECURSION_LIMIT)
     private = _undumpable()
     spec = read_spec(int(argv[1]))
     side = CheckerSide(spec["entry_point"])
+    side.expected = names_used(spec["test"])
     passed = False
     try:
         side.start(spec["module"])
@@ -258,10 +273,11 @@ def main(argv: list[str]) -> int:
         side.namespace[spec["entry_point"]] = side.candidate()
         exec(compile_source(spec["test"], "<hidden test>"), side.namespace)
         passed = not (side.suspicious or side.failure)  # even when the test caught the error
-        if passed and side.stopped:  # it may have ended a loop of the test's (all(map(...))) as if it were done
+        if passed and side.stopped and "StopIteration" not in side.expected:
+            # it may have ended a loop of the test's (all(map(...))) as if it were done
             side.suspicious = "a call of the code under test raised StopIteration, which ends a test's loop early"
             passed = False
-    except (Exception, Forged) as e:
+    except BaseException as e:  # Forged, or a SystemExit the test let through: either way not a pass
         print_traceback(e)
     finally:
         side.stop()

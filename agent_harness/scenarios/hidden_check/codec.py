@@ -33,6 +33,9 @@ MAX_MESSAGE = 48 << 20  # bytes of one message
 MAX_ENTRIES = 2_000_000  # objects in one message's table
 MAX_REASON = 300
 MALFORMED = "the code under test wrote a malformed reply on the checker's channel"
+# Each call across the boundary costs a few frames on both sides: recursion that crosses at every level
+# reaches about as deep as in one process.
+RECURSION_LIMIT = 10_000
 _INT_LIMIT = 1 << 63
 
 
@@ -137,7 +140,7 @@ class Encoder:
 
     def slot(self, v: Any) -> Any:
         t = type(v)
-        if v is None or t is bool or t is str or t is float:
+        if v is None or t is bool or t is str or (t is float and v == v):
             return v
         if t is int and -_INT_LIMIT <= v < _INT_LIMIT:
             return v
@@ -191,11 +194,13 @@ class Encoder:
         side, t = self.side, type(v)
         ref = side.peer_ref(v)
         if ref is not None:  # the receiver's own object, or the copy of one it lent us
-            if side.borrowed.get(ref) is v and not isinstance(v, BaseException):
+            if side.borrowed.get(ref) is v and (t in (list, dict, set, bytearray) or t in side.collections_types()):
                 self.mentioned[ref] = v
             return ["R", ref]
         if t is int:
             return ["i", format(v, "x")]
+        if t is float:  # a NaN: it keeps its identity (`[nan] == [nan]` holds only for the same object)
+            return ["nan", side.export(v, "value")]
         if t in (list, dict, set, bytearray) or t in side.collections_types():
             lent = side.lend(v) if self.lend else None
             return [*self.contents(v), lent]
@@ -281,6 +286,11 @@ class Encoder:
                         pairs += [k, self.slot(x)]
                     except Exception:
                         continue
-        return ["E", mro, self.items(e.args), pairs, str(e)[:2000], self.side.export(e, "exc")]
+        try:
+            text: Any = str(e)[:2000]
+        except Exception:
+            text = None
+        cause = e.__cause__ if isinstance(e.__cause__, BaseException) else None
+        return ["E", mro, self.items(e.args), pairs, text, self.side.export(e, "exc"), self.slot(cause)]
 
 

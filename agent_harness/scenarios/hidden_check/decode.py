@@ -139,9 +139,15 @@ class Decoder:
             return self.side.make_namedtuple(rest[0], rest[1], [self.slot(x) for x in as_list(rest[2])], rest[3])
         if tag == "en" and n == 5 and all(type(x) is str for x in rest[:3]):
             return self.side.make_enum(rest[0], rest[1], rest[2], rest[3], rest[4], self)
-        if tag == "E" and n == 5 and type(rest[4]) is int:
-            exc = self.side.make_exception(as_list(rest[0]), tuple(self.slot(x) for x in as_list(rest[1])),
-                                           self.state(rest[2]), rest[3])
+        if tag == "nan" and n == 1 and type(rest[0]) is int:
+            nan = float("nan")
+            self.side.borrow(rest[0], nan)
+            return nan
+        if tag == "E" and n == 6 and type(rest[4]) is int:
+            args = tuple(self.slot(x) for x in as_list(rest[1]))
+            state, cause = self.state(rest[2]), self.slot(rest[5])
+            self.finish()  # the containers in its arguments are whole before its constructor sees them
+            exc = self.side.make_exception(as_list(rest[0]), args, state, rest[3], cause)
             self.side.borrow(rest[4], exc)  # sent back, it is the sender's own object again
             return exc
         value = self.value_type(tag, rest)

@@ -88,12 +88,14 @@ def remote_class(specials: Any, iterator: bool) -> type:
     return _REMOTE_CLASSES[key]
 
 
-def _forbidden_exception(mro: list[Any]) -> str | None:
+def _forbidden_exception(mro: list[Any], expected: set[str]) -> str | None:
+    """The stop an exception of this MRO stands for, unless the test names it (catches it on purpose)."""
     names = [(str(m), str(q)) for m, q in mro]
     for mod, qual in names:
-        if (mod, qual) in STOPPERS or mod.split(".")[0] == "unittest":
+        stop = (mod, qual) in STOPPERS or mod.split(".")[0] == "unittest"
+        if qual == "_ShouldStop" or (stop and qual not in expected):
             return f"{mod}.{qual}"
-    if ("builtins", "Exception") not in names:
+    if ("builtins", "BaseException") not in names:
         return ".".join(names[0]) if names else "an exception that is not an Exception"
     return None
 
@@ -108,6 +110,7 @@ class TrustedSide(Side):
         self.made: dict[tuple[Any, ...], type] = {}
         self.where = "the code under test passed"
         self.suspicious = ""
+        self.expected: set[str] = set()  # the names the test's code uses: the exceptions it catches on purpose
 
     def flag(self, reason: str) -> Any:
         self.suspicious = self.suspicious or reason[:MAX_REASON]
@@ -243,10 +246,11 @@ class TrustedSide(Side):
             cls = self.made[key]
         return tuple.__new__(cls, values)
 
-    def make_exception(self, mro: list[Any], args: tuple[Any, ...], state: dict[str, Any], text: Any) -> Any:
+    def make_exception(self, mro: list[Any], args: tuple[Any, ...], state: dict[str, Any], text: Any,
+                       cause: Any) -> Any:
         if not mro or not all(type(p) is list and len(p) == 2 and all(type(x) is str for x in p) for p in mro):
             raise Malformed("bad exception")
-        stopper = _forbidden_exception(mro)
+        stopper = _forbidden_exception(mro, self.expected)
         if stopper:
             self.flag(f"the code under test raised {stopper[:80]}, which ends a test without failing it")
         cls: type[BaseException] = Exception
@@ -255,6 +259,15 @@ class TrustedSide(Side):
             if found is not None:
                 cls = found
                 break
+        exc = self.new_exception(cls, args, state)
+        if type(text) is str and text != str(exc):  # the module's class has its own __str__: keep what it said
+            exc = self.new_exception(self.with_text(cls, str(mro[0][1])), args, {**state, "_hc_text": text})
+        if isinstance(cause, BaseException):
+            exc.__cause__ = cause
+        return exc
+
+    @staticmethod
+    def new_exception(cls: type[BaseException], args: tuple[Any, ...], state: dict[str, Any]) -> BaseException:
         exc = cls.__new__(cls, *args)
         if cls.__module__ == "builtins":
             with contextlib.suppress(Exception):
@@ -264,10 +277,22 @@ class TrustedSide(Side):
             exc.__dict__.update(state)
         return exc
 
+    def with_text(self, base: type[BaseException], name: str) -> type[BaseException]:
+        """A subclass of `base` whose str() is the text the worker sent (its class defined __str__)."""
+        key = ("text", base, name)
+        if key not in self.made:
+            def __str__(self: Any) -> str:
+                return str(self.__dict__.get("_hc_text", ""))
+
+            short = name.rsplit(".", 1)[-1]
+            self.made[key] = type(short if short.isidentifier() else base.__name__, (base,),
+                                  {"__str__": __str__, "__module__": base.__module__})
+        return self.made[key]
+
     def exception_class(self, mod: str, qual: str) -> type[BaseException] | None:
         if mod.split(".")[0] in STDLIB or mod == "builtins":
             found = stdlib_object(mod, qual)
         else:
             found = self.known_class(qual.rsplit(".", 1)[-1])
-        return found if isinstance(found, type) and issubclass(found, Exception) else None
+        return found if isinstance(found, type) and issubclass(found, BaseException) else None
 

@@ -163,7 +163,8 @@ class Side:
     def make_enum(self, name: Any, qual: Any, member: Any, base: Any, overrides: Any, dec: Decoder) -> Any:
         raise NotImplementedError
 
-    def make_exception(self, mro: list[Any], args: tuple[Any, ...], state: dict[str, Any], text: Any) -> Any:
+    def make_exception(self, mro: list[Any], args: tuple[Any, ...], state: dict[str, Any], text: Any,
+                       cause: Any) -> Any:
         raise NotImplementedError
 
     def overrides(self, cls: type) -> list[str]:
@@ -240,7 +241,9 @@ class Side:
                 apply_contents(target, new)
         except Refused:
             raise
-        except (Malformed, ValueError, TypeError, KeyError, IndexError, RecursionError, OverflowError):
+        except RecursionError:
+            raise Refused("a value nested too deep to rebuild") from None
+        except (Malformed, ValueError, TypeError, KeyError, IndexError, OverflowError):
             return self.bad(MALFORMED)
         return values, dec
 

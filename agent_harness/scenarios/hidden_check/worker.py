@@ -18,7 +18,16 @@ import traceback
 import types
 from typing import Any
 
-from .codec import READABLE_DUNDERS, Encoder, Malformed, is_dunder, is_namedtuple_class, stdlib_object, type_name
+from .codec import (
+    READABLE_DUNDERS,
+    RECURSION_LIMIT,
+    Encoder,
+    Malformed,
+    is_dunder,
+    is_namedtuple_class,
+    stdlib_object,
+    type_name,
+)
 from .decode import Decoder, as_list
 from .wire import OPS, Side, print_traceback, send
 
@@ -35,6 +44,7 @@ BEHAVIOUR = frozenset({
 _CALLABLES = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.BuiltinMethodType,
               types.MethodWrapperType, types.WrapperDescriptorType, types.MethodDescriptorType, type)
 STDLIB = frozenset(sys.stdlib_module_names) | {"builtins"}
+
 
 
 def _base_value(v: Any) -> Any:
@@ -195,13 +205,15 @@ class WorkerSide(Side):
     def overrides(self, cls: type) -> list[str]:
         """The verdict-deciding dunders that module-made classes in `cls`'s MRO define themselves."""
         found: list[str] = []
+        library = [k for k in cls.__mro__ if not self.module_made(k)]
         for k in cls.__mro__:
             if k is object or not self.module_made(k):
                 continue
             for name, attr in vars(k).items():
                 code = getattr(attr, "__code__", None)
                 generated = getattr(code, "co_filename", "") == "<string>"  # dataclass's own __eq__ and kin
-                if name in BEHAVIOUR and attr is not None and not generated and name not in found:
+                copied = any(vars(b).get(name) is attr for b in library)  # enum puts Flag's __or__ in each Flag
+                if name in BEHAVIOUR and attr is not None and not generated and not copied and name not in found:
                     found.append(name)
         return found
 
@@ -295,7 +307,8 @@ class WorkerSide(Side):
             self.made[key] = namedtuple(name, fields)
         return tuple.__new__(self.made[key], values)
 
-    def make_exception(self, mro: list[Any], args: tuple[Any, ...], state: dict[str, Any], text: Any) -> Any:
+    def make_exception(self, mro: list[Any], args: tuple[Any, ...], state: dict[str, Any], text: Any,
+                       cause: Any) -> Any:
         base: type = Exception
         for mod, qual in mro:
             found = stdlib_object(str(mod), str(qual))
@@ -313,6 +326,8 @@ class WorkerSide(Side):
         exc.args = args
         if hasattr(exc, "__dict__"):
             exc.__dict__.update(state)
+        if isinstance(cause, BaseException):
+            exc.__cause__ = cause
         return exc
 
     # -- requests --
@@ -369,6 +384,7 @@ def _exception_name(e: BaseException) -> str:
 def main(argv: list[str]) -> int:
     """``worker MODULE ENTRY REQ_FD REP_FD``: import the module, then serve until the checker closes."""
     module, entry_point, req_fd, rep_fd = argv[0], argv[1], int(argv[2]), int(argv[3])
+    sys.setrecursionlimit(RECURSION_LIMIT)
     os.set_inheritable(req_fd, False)
     os.set_inheritable(rep_fd, False)
     try:

@@ -280,8 +280,6 @@ def test_the_astuple_midpoint_is_correct_in_one_process() -> None:
     exec(compile(md["hidden_test"], "test", "exec"), namespace)
 
 
-@pytest.mark.xfail(strict=True, reason="F4: the probe flags an honest module whose own copy of a helper class "
-                                       "(Point) is 'laid over' the test's after a harness-caused failure")
 def test_probe_does_not_flag_an_honest_fix_of_a_real_task() -> None:
     md = value_task("Values/4")
     honest_passes(run_hidden_test(ASTUPLE_MIDPOINT, md["module"], md["entry_point"], md["hidden_test"], 10.0,
@@ -312,8 +310,6 @@ HONEST["dataclasses-fields"] = ("import dataclasses\n\n\ndef f(p):\n"
                                 "    return type(p)(*[getattr(p, n) + (n == 'x') for n in names])\n", POINT_TEST)
 
 
-@pytest.mark.xfail(strict=True, reason="F5: a test dataclass reaches the worker as a stand-in that dataclasses.* "
-                                       "does not recognise (is_dataclass is False)")
 @pytest.mark.parametrize("name", ["dataclasses-replace", "dataclasses-asdict", "dataclasses-fields"])
 def test_dataclass_functions_work_on_test_dataclasses(name: str) -> None:
     honest_passes(score(*HONEST[name]))
@@ -361,8 +357,6 @@ check(f)
 """)
 
 
-@pytest.mark.xfail(strict=True, reason="F6: copy/deepcopy of a stand-in copies its reference: the 'copy' is the "
-                                       "test's own object, and changing it changes the test's object")
 @pytest.mark.parametrize("name", ["deepcopy-argument", "copy-argument"])
 def test_copies_of_test_objects_are_copies(name: str) -> None:
     honest_passes(score(*HONEST[name]))
@@ -491,8 +485,6 @@ check(f)
 """)
 
 
-@pytest.mark.xfail(strict=True, reason="F9: a member of an enum the receiver does not define crosses as its name or "
-                                       "value; enums and namedtuples local to check() come back as other classes")
 @pytest.mark.parametrize("name", ["test-enum-member", "local-enum-class", "local-namedtuple", "module-enum-member"])
 def test_enums_and_namedtuples_of_the_test_keep_their_class(name: str) -> None:
     honest_passes(score(*HONEST[name]))
@@ -647,15 +639,11 @@ for _kind, _expr in {"op": "operator.add", "class": "datetime.date", "ni": "NotI
                                                 f"    assert f({_kind!r}) is {_expr}\n\n\ncheck(f)\n")
 
 
-@pytest.mark.xfail(strict=True, reason="F15: standard-library values outside the allow-list (PurePath, UUID, "
-                                       "SimpleNamespace, array) come back as Remotes that equal nothing")
 @pytest.mark.parametrize("kind", sorted(STDLIB_EXPECTED))
 def test_other_standard_library_values_compare_by_value(kind: str) -> None:
     honest_passes(score(*HONEST[f"stdlib-{kind}"]))
 
 
-@pytest.mark.xfail(strict=True, reason="F16: a standard-library function or class (or NotImplemented) the module "
-                                       "returns comes back as a Remote: `is` fails")
 @pytest.mark.parametrize("kind", ["op", "class", "ni"])
 def test_standard_library_functions_and_classes_keep_identity(kind: str) -> None:
     honest_passes(score(*HONEST[f"stdlib-{kind}"]))

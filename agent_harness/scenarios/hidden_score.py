@@ -58,16 +58,26 @@ def reference_helpers(reference: str, entry_point: str) -> str:
     return "\n\n".join(keep) + "\n" if keep else ""
 
 
-def shadowing_names(source: str, test: str, entry_point: str) -> list[str]:
-    """Names the module binds at its top level that the test also uses (other than the entry point)."""
-    mod, tst = _parse(source), _parse(test)
+def _definitions(tree: ast.Module) -> dict[str, str]:
+    """name -> the text of its top-level `def` or `class` (its AST, without positions)."""
+    return {node.name: ast.dump(node) for node in tree.body
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)}
+
+
+def shadowing_names(source: str, test: str, entry_point: str, helpers: str = "") -> list[str]:
+    """Names the module binds at its top level that the test also uses (other than the entry point),
+    except a definition identical to the reference's own (every fix carries the helper classes of its
+    task: laying them over the test's changes nothing)."""
+    mod, tst, ref = _parse(source), _parse(test), _parse(helpers)
     if mod is None or tst is None:
         return []
     used = {n.id for n in ast.walk(tst) if isinstance(n, ast.Name)}
+    same = _definitions(ref) if ref is not None else {}
     bound: set[str] = set()
     for node in mod.body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            bound.add(node.name)
+            if same.get(node.name) != ast.dump(node):
+                bound.add(node.name)
         elif isinstance(node, ast.Import | ast.ImportFrom):
             bound.update((a.asname or a.name).split(".")[0] for a in node.names)
         elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
@@ -141,7 +151,7 @@ def _tampered(folder: Path, sources: dict[str, bytes]) -> str | None:
 
 def _probe(source: str, module: str, entry_point: str, test: str, helpers: str, timeout_s: float) -> str | None:
     """The suspicious reason when the test passes once the module's shadowing names are laid over its own."""
-    names = shadowing_names(source, test, entry_point)
+    names = shadowing_names(source, test, entry_point, helpers)
     if not names:
         return None
     res, got, _ = _run(source, module, hidden_spec(module, entry_point, test, helpers, names), "probe", timeout_s)

@@ -55,6 +55,17 @@ FORWARDED = ("__call__", "__iter__", "__next__", "__len__", "__contains__", "__g
                                          "lshift", "rshift", "and", "or", "xor") for p in ("", "r")))
 
 
+def dataclass_shape(cls: type) -> list[Any] | None:
+    """[field names, [eq, order, frozen]] of a dataclass, for the worker's stand-in; None otherwise."""
+    import dataclasses
+
+    if not dataclasses.is_dataclass(cls):
+        return None
+    params = getattr(cls, "__dataclass_params__", None)
+    return [[f.name for f in dataclasses.fields(cls)], [bool(getattr(params, k, False)) for k in ("eq", "order",
+                                                                                                   "frozen")]]
+
+
 def specials(cls: type) -> list[str]:
     return [n for n in FORWARDED if getattr(cls, n, None) not in (None, getattr(object, n, None))]
 
@@ -152,7 +163,7 @@ class CheckerSide(TrustedSide):
         if isinstance(v, type):
             if v.__module__ == "__main__":
                 self.known.setdefault(v.__name__, v)
-            return ["P", self.export(v, "cls"), "cls", [v.__name__, specials(v)]]
+            return ["P", self.export(v, "cls"), "cls", [v.__name__, specials(v), dataclass_shape(v)]]
         if hasattr(t, "__next__") and hasattr(t, "__iter__") and t.__module__ != "__main__":
             return ["P", self.export(v, "it"), "it", None]  # a generator or iterator: items only, never its frame
         if isinstance(v, _FUNCTIONS) or t.__name__ == "partial":
@@ -160,7 +171,8 @@ class CheckerSide(TrustedSide):
         class_entry = self.export_entry(enc, t)
         plain = [t.__eq__ is object.__eq__, t.__hash__ is object.__hash__,
                  not hasattr(t, "__bool__") and not hasattr(t, "__len__")]
-        return ["P", self.export(v, "obj"), "obj", [class_entry[1], t.__name__, specials(t), *plain]]
+        info = [class_entry[1], t.__name__, specials(t), dataclass_shape(t), *plain]
+        return ["P", self.export(v, "obj"), "obj", info]
 
     # -- the worker's requests --
     def handle(self, kind: Any, target: Any, values: list[Any]) -> Any:

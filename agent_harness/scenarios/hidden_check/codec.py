@@ -37,6 +37,7 @@ MALFORMED = "the code under test wrote a malformed reply on the checker's channe
 # reaches about as deep as in one process.
 RECURSION_LIMIT = 10_000
 _INT_LIMIT = 1 << 63
+PATHS = ("PurePath", "PurePosixPath", "PureWindowsPath", "Path", "PosixPath", "WindowsPath")
 
 
 class Malformed(Exception):
@@ -102,6 +103,28 @@ def stdlib_object(module: str, qualname: str) -> Any:
     except Exception:
         return None
     return obj
+
+
+# Standard modules whose functions and classes cross by name (the receiver uses its own, so `is` holds):
+# pure ones, whose objects compute values and touch nothing outside.
+BY_NAME = frozenset({"operator", "math", "cmath", "functools", "itertools", "string", "datetime", "decimal",
+                     "fractions", "collections", "statistics", "re", "json", "heapq", "bisect", "enum", "dataclasses",
+                     "typing", "numbers", "uuid", "pathlib", "ipaddress", "calendar", "textwrap", "unicodedata", "copy",
+                     "random", "types", "abc", "zoneinfo", "array"})
+
+
+def _by_name(v: Any) -> list[Any] | None:
+    """``["std", module, qualname]`` for a function or class of a BY_NAME module that resolves back to `v`."""
+    if not callable(v):
+        return None
+    mod, qual = getattr(v, "__module__", None), getattr(v, "__qualname__", None)
+    if not isinstance(mod, str) or not isinstance(qual, str) or mod.lstrip("_").split(".")[0] not in BY_NAME:
+        return None
+    public = mod.lstrip("_") if mod.startswith("_") else mod  # _operator.add is operator.add
+    for name in (mod, public):
+        if stdlib_object(name, qual) is v:
+            return ["std", name, qual]
+    return None
 
 
 def _namedtuple_class(value: Any) -> type | None:
@@ -218,16 +241,26 @@ class Encoder:
             return ["sl", self.slot(v.start), self.slot(v.stop), self.slot(v.step)]
         if v is Ellipsis:
             return ["..."]
-        value_entry = self.value_type_entry(v)
+        if v is NotImplemented:
+            return ["NI"]
+        value_entry = self.value_type_entry(v) or self.library_value_entry(v)
         if value_entry is not None:
             return value_entry
         if isinstance(v, BaseException):
             return self.exception_entry(v)
         enum = sys.modules.get("enum")
         if enum is not None and issubclass(t, enum.Enum):
-            return ["en", t.__name__, str(t.__module__), str(v.name), self.slot(side.base_value(v)), side.overrides(t)]
+            side.note_class(t)
+            members = [[str(m.name), self.slot(m.value)] for m in list(t.__members__.values())[:1000]]
+            kind = next((b.__name__ for b in (int, str) if issubclass(t, b)), "")
+            return ["en", t.__name__, str(t.__module__), str(v.name), self.slot(side.base_value(v)), side.overrides(t),
+                    [kind, members], side.export(v, "obj")]
         if isinstance(v, tuple) and _namedtuple_class(v) is t:
+            side.note_class(t)
             return ["nt", t.__name__, list(getattr(t, "_fields", ())), self.items(v), str(t.__module__)]
+        by_name = _by_name(v)
+        if by_name is not None:
+            return by_name
         name = getattr(v, "__name__", "")
         if (t is type or t is type(len)) and isinstance(name, str) and getattr(builtins, name, None) is v:
             return ["bi", name]  # a built-in function or type: the receiver uses its own
@@ -272,6 +305,20 @@ class Encoder:
             return ["td", v.days, v.seconds, v.microseconds]
         if t is mod.timezone:
             return ["tz", self.slot(v.utcoffset(None)), self.slot(v.tzname(None))]
+        return None
+
+    def library_value_entry(self, v: Any) -> list[Any] | None:
+        """Other standard-library values, rebuilt from plain parts: UUID, pure and concrete paths,
+        SimpleNamespace, array."""
+        t = type(v)
+        if t is _stdlib_type("uuid", "UUID"):
+            return ["uuid", format(v.int, "x")]
+        if t.__module__ == "pathlib" and t.__name__ in PATHS:
+            return ["path", t.__name__, str(v)]
+        if t is _stdlib_type("types", "SimpleNamespace"):
+            return ["ns", self.pairs(vars(v))]
+        if t is _stdlib_type("array", "array"):
+            return ["arr", v.typecode, self.items(v.tolist())]
         return None
 
     def exception_entry(self, e: BaseException) -> list[Any]:

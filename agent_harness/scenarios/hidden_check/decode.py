@@ -6,7 +6,7 @@ import builtins
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .codec import MAX_ENTRIES, MAX_MESSAGE, Malformed, import_type
+from .codec import BY_NAME, MAX_ENTRIES, MAX_MESSAGE, PATHS, Malformed, Refused, import_type, stdlib_object
 
 if TYPE_CHECKING:
     from .wire import Side
@@ -130,6 +130,23 @@ class Decoder:
             return range(*parts)
         if tag == "..." and n == 0:
             return Ellipsis
+        if tag == "NI" and n == 0:
+            return NotImplemented
+        if tag == "std" and n == 2 and type(rest[0]) is str and type(rest[1]) is str:
+            if rest[0].lstrip("_").split(".")[0] not in BY_NAME:
+                raise Malformed("not a module whose objects cross by name")
+            found = stdlib_object(rest[0], rest[1])
+            if found is None or not callable(found):
+                raise Refused(f"{rest[0]}.{rest[1]} is not here")
+            return found
+        if tag == "uuid" and n == 1 and type(rest[0]) is str and len(rest[0]) <= 32:
+            return import_type("uuid", "UUID")(int=int(rest[0], 16))
+        if tag == "path" and n == 2 and rest[0] in PATHS and type(rest[1]) is str:
+            return import_type("pathlib", rest[0])(rest[1])
+        if tag == "ns" and n == 1:
+            return self.shell(i, import_type("types", "SimpleNamespace")())
+        if tag == "arr" and n == 2 and type(rest[0]) is str and len(rest[0]) == 1:
+            return import_type("array", "array")(rest[0], [self.slot(x) for x in as_list(rest[1])])
         if tag == "bi" and n == 1 and type(rest[0]) is str:
             found = getattr(builtins, rest[0], None)
             if not callable(found) or rest[0].startswith("_"):
@@ -137,8 +154,8 @@ class Decoder:
             return found
         if tag == "nt" and n == 4:
             return self.side.make_namedtuple(rest[0], rest[1], [self.slot(x) for x in as_list(rest[2])], rest[3])
-        if tag == "en" and n == 5 and all(type(x) is str for x in rest[:3]):
-            return self.side.make_enum(rest[0], rest[1], rest[2], rest[3], rest[4], self)
+        if tag == "en" and n == 7 and all(type(x) is str for x in rest[:3]):
+            return self.side.make_enum(rest[0], rest[1], rest[2], rest[3], rest[4], rest[5], rest[6], self)
         if tag == "nan" and n == 1 and type(rest[0]) is int:
             nan = float("nan")
             self.side.borrow(rest[0], nan)
@@ -210,6 +227,8 @@ class Decoder:
             else:
                 value.clear()
                 (value.update if tag == "S" else value.extend)(items)
+        elif tag == "ns":
+            value.__dict__.update(self.state(rest[0]))
         elif tag == "Y":
             if type(rest[0]) is not str:
                 raise Malformed("bad bytearray")

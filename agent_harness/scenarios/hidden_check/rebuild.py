@@ -217,9 +217,10 @@ class TrustedSide(Side):
                                                         frozen=bool(flags[2]))
         return self.made[key]
 
-    def make_enum(self, name: Any, module: Any, member: Any, base: Any, overrides: Any, dec: Decoder) -> Any:
+    def make_enum(self, name: Any, module: Any, member: Any, base: Any, overrides: Any, members: Any, ref: Any,
+                  dec: Decoder) -> Any:
         enum = sys.modules.get("enum")
-        cls = self.known_class(name) or stdlib_object(module, name)
+        cls = self.known_class(name) or (stdlib_object(module, name) if module != "__main__" else None)
         if enum is not None and isinstance(cls, enum.EnumMeta):
             try:
                 return cls[member]
@@ -227,7 +228,15 @@ class TrustedSide(Side):
                 raise Refused(f"{name} has no member {member[:40]!r} here") from None
         self.check_overrides(f"{module}.{name}", overrides)
         value = dec.slot(base)
-        return value if value is not None else member
+        if value is not None:  # an IntEnum or StrEnum of the module's own: its int or str
+            return value
+        if type(ref) is not int:
+            raise Malformed("bad enum member")
+        return self.decode_entry(dec, -1, "P", [ref, "obj", name, []])  # read through, compared by identity
+
+    def note_class(self, cls: type) -> None:
+        if getattr(cls, "__module__", None) == "__main__":  # the test's own, maybe local to `check`
+            self.known.setdefault(cls.__name__, cls)
 
     def make_namedtuple(self, name: Any, fields: Any, values: list[Any], module: Any) -> Any:
         if (type(name) is not str or not name.isidentifier() or type(fields) is not list or len(fields) != len(values)

@@ -12,6 +12,7 @@ While a side waits for an answer it serves the other side's requests, so calls m
 
 from __future__ import annotations
 
+import copy
 import json
 import operator
 import os
@@ -37,7 +38,8 @@ OPS: dict[str, Callable[..., Any]] = {
     "delitem": operator.delitem, "eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le,
     "gt": operator.gt, "ge": operator.ge, "neg": operator.neg, "pos": operator.pos, "abs": abs,
     "invert": operator.invert, "int": int, "float": float, "index": operator.index, "round": round,
-    "divmod": divmod, "rdivmod": _reflected(divmod), "next_": next,
+    "divmod": divmod, "rdivmod": _reflected(divmod), "next_": next, "copy": copy.copy,
+    "deepcopy": copy.deepcopy,
     **_BINARY, **{f"r{name}": _reflected(op) for name, op in _BINARY.items()},
 }
 
@@ -160,8 +162,28 @@ class Side:
     def make_namedtuple(self, name: Any, fields: Any, values: list[Any], module: Any) -> Any:
         raise NotImplementedError
 
-    def make_enum(self, name: Any, qual: Any, member: Any, base: Any, overrides: Any, dec: Decoder) -> Any:
+    def make_enum(self, name: Any, module: Any, member: Any, base: Any, overrides: Any, members: Any, ref: Any,
+                  dec: Decoder) -> Any:
         raise NotImplementedError
+
+    def note_class(self, cls: type) -> None:
+        """A class whose values went out by value (an enum, a namedtuple): the checker remembers its own."""
+
+    def synthesized_enum(self, name: str, members: Any, dec: Decoder) -> Any:
+        """An Enum made here with the sender's members (its kind int, str or plain), cached; None if malformed."""
+        import enum
+
+        kind, pairs = as_list(members)
+        items = tuple((str(m), dec.slot(v)) for m, v in as_list(pairs))
+        key = ("enum", name, kind, repr(items))
+        made: dict[Any, Any] = self.__dict__.setdefault("_enums", {})
+        if key not in made:
+            base = {"int": enum.IntEnum, "str": enum.StrEnum}.get(kind, enum.Enum)
+            try:
+                made[key] = base(name, list(items))
+            except (TypeError, ValueError):
+                made[key] = None
+        return made[key]
 
     def make_exception(self, mro: list[Any], args: tuple[Any, ...], state: dict[str, Any], text: Any,
                        cause: Any) -> Any:

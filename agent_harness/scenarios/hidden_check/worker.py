@@ -118,6 +118,12 @@ class CheckerObject:
     def __format__(self, spec: str) -> str:
         return str(self._hc("format", spec))
 
+    def __copy__(self) -> Any:  # a copy is the checker's copy of its object, not a second name for it
+        return self._hc("copy")
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        return self._hc("deepcopy")
+
 
 def _forward(op: str, kind: type | None = None) -> Any:
     def method(self: CheckerObject, *args: Any) -> Any:
@@ -262,10 +268,10 @@ class WorkerSide(Side):
         if ref in self.proxies:
             return self.proxies[ref]
         if kind == "cls":
-            return self.remember_proxy(ref, self.proxy_class(ref, str(info[0]), info[1]))
+            return self.remember_proxy(ref, self.proxy_class(ref, str(info[0]), info[1], info[2]))
         if kind == "obj":
-            class_ref, class_name, specials, *flags = info
-            proxy: Any = object.__new__(self.proxy_class(int(class_ref), str(class_name), specials))
+            class_ref, class_name, specials, dataclass, *flags = info
+            proxy: Any = object.__new__(self.proxy_class(int(class_ref), str(class_name), specials, dataclass))
             object.__setattr__(proxy, "_hc_flags", tuple(bool(f) for f in flags))
         elif kind == "fn":
             proxy = object.__new__(CheckerFunction)
@@ -277,21 +283,32 @@ class WorkerSide(Side):
             object.__setattr__(proxy, "_hc_side", self)
         return self.remember_proxy(ref, proxy)
 
-    def proxy_class(self, ref: int, name: str, specials: Any) -> type:
+    def proxy_class(self, ref: int, name: str, specials: Any, dataclass: Any) -> type:
         cls = self.proxies.get(ref)
         if isinstance(cls, type):
             return cls
         own = getattr(self.module, name, None)
         methods = {n: SPECIALS[n] for n in as_list(specials) if n in SPECIALS}
+        if dataclass is not None:  # dataclasses.fields/replace/asdict work on the stand-in as on the object
+            import dataclasses
+
+            fields, (eq, order, frozen) = as_list(dataclass)
+            shape = dataclasses.make_dataclass(name, [str(f) for f in as_list(fields)], eq=eq, order=order,
+                                               frozen=frozen)
+            methods["__dataclass_fields__"] = shape.__dataclass_fields__  # type: ignore[attr-defined]
+            methods["__dataclass_params__"] = shape.__dataclass_params__  # type: ignore[attr-defined]
         made = ProxyMeta(name if name.isidentifier() else "Object", (CheckerObject,), {
             "__slots__": (), "_hc_side": self, "_hc_class_ref": ref,
             "_hc_module_class": own if isinstance(own, type) else None, **methods})
         return self.remember_proxy(ref, made)
 
-    def make_enum(self, name: Any, module: Any, member: Any, base: Any, overrides: Any, dec: Decoder) -> Any:
+    def make_enum(self, name: Any, module: Any, member: Any, base: Any, overrides: Any, members: Any, ref: Any,
+                  dec: Decoder) -> Any:
         enum = sys.modules.get("enum")
         cls = getattr(self.module, name, None) if module == "__main__" else stdlib_object(module, name)
-        if enum is not None and isinstance(cls, enum.EnumMeta) and member in cls.__members__:
+        if enum is None or not isinstance(cls, enum.EnumMeta) or member not in cls.__members__:
+            cls = self.synthesized_enum(name, members, dec)  # the test's enum, which the module does not define
+        if cls is not None and member in cls.__members__:
             return cls[member]
         value = dec.slot(base)
         return value if value is not None else member

@@ -49,7 +49,8 @@ _FUNCTIONS = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, t
 
 # The special methods the worker's stand-ins of the test's objects forward (see worker.SPECIALS).
 FORWARDED = ("__call__", "__iter__", "__next__", "__len__", "__contains__", "__getitem__", "__setitem__",
-             "__delitem__", "__index__", "__int__", "__float__", "__lt__", "__le__", "__gt__", "__ge__", "__neg__",
+             "__delitem__", "__index__", "__int__", "__float__", "__round__", "__floor__", "__ceil__", "__trunc__",
+             "__enter__", "__exit__", "__lt__", "__le__", "__gt__", "__ge__", "__neg__",
              "__pos__", "__abs__", "__invert__", "__divmod__", "__rdivmod__",
              *(f"__{p}{op}__" for op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul",
                                          "lshift", "rshift", "and", "or", "xor") for p in ("", "r")))
@@ -164,8 +165,9 @@ class CheckerSide(TrustedSide):
             if v.__module__ == "__main__":
                 self.known.setdefault(v.__name__, v)
             return ["P", self.export(v, "cls"), "cls", [v.__name__, specials(v), dataclass_shape(v)]]
-        if hasattr(t, "__next__") and hasattr(t, "__iter__") and t.__module__ != "__main__":
-            return ["P", self.export(v, "it"), "it", None]  # a generator or iterator: items only, never its frame
+        if isinstance(v, (types.GeneratorType, types.CoroutineType)) or (
+                hasattr(t, "__next__") and t.__module__ == "builtins"):
+            return ["P", self.export(v, "it"), "it", None]  # a generator or built-in iterator: items, never a frame
         if isinstance(v, _FUNCTIONS) or t.__name__ == "partial":
             return ["P", self.export(v, "fn"), "fn", str(getattr(v, "__name__", "function"))[:80]]
         class_entry = self.export_entry(enc, t)

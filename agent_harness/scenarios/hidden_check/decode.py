@@ -31,6 +31,7 @@ class Decoder:
         self.filling: list[int] = []
         self.later: list[int] = []  # dicts and sets: filled once everything they may hash is whole
         self.mentioned: dict[int, Any] = {}  # our lent containers the sender referred to
+        self.received: list[int] = []  # the sender's lent containers whose contents came with this message
 
     def decode(self, slot: Any) -> Any:
         value = self.slot(slot)
@@ -80,15 +81,14 @@ class Decoder:
         if type(lent_id) is not int:
             raise Malformed("bad lent id")
         side, copy = self.side, self.side.borrowed.get(lent_id)
-        if copy is not None and lent_id in side.pending:  # ours is newer: what we did is not yet sent back
+        if copy is not None and side.differs(lent_id):  # ours is newer: what we did is not yet sent back
             self.done[i] = copy
             return copy
         new = fresh()
         if copy is None or type(copy) is not type(new) or getattr(copy, "maxlen", 0) != getattr(new, "maxlen", 0):
             copy = new
             side.borrow(lent_id, copy)
-        if side.depth:
-            side.pending[lent_id] = copy
+        self.received.append(lent_id)
         return self.shell(i, copy, later)
 
     def build(self, i: int, tag: str, rest: list[Any]) -> Any:

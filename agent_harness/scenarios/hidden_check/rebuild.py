@@ -67,12 +67,22 @@ def _remote_len(self: Remote) -> int:
     return n
 
 
+def _remote_exit(self: Remote, kind: Any, exc: Any) -> Any:
+    swallowed = self._ask("op", ["exit", (kind, exc, None)])
+    if swallowed and isinstance(exc, AssertionError):  # the module's __exit__ would hide a failed check
+        side: Any = self._side
+        side.flag("the code under test's __exit__ swallowed an AssertionError of the test")
+    return swallowed
+
+
 _REMOTE_SPECIALS: dict[str, Callable[..., Any]] = {
     "__call__": lambda self, *args, **kwargs: self._ask("call", [args, tuple(kwargs.items())]),
     "__iter__": lambda self: self._ask("op", ["iter", ()]),
     "__next__": lambda self: self._ask("next", []),
     "__len__": _remote_len,
     "__getitem__": lambda self, key: self._ask("op", ["getitem", (key,)]),
+    "__enter__": lambda self: self._ask("op", ["enter", ()]),
+    "__exit__": lambda self, kind, exc, tb: _remote_exit(self, kind, exc),
 }
 _REMOTE_CLASSES: dict[frozenset[str], type] = {}
 

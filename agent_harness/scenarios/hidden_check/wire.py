@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import operator
 import os
 import sys
@@ -39,7 +40,8 @@ OPS: dict[str, Callable[..., Any]] = {
     "gt": operator.gt, "ge": operator.ge, "neg": operator.neg, "pos": operator.pos, "abs": abs,
     "invert": operator.invert, "int": int, "float": float, "index": operator.index, "round": round,
     "divmod": divmod, "rdivmod": _reflected(divmod), "next_": next, "copy": copy.copy,
-    "deepcopy": copy.deepcopy,
+    "deepcopy": copy.deepcopy, "floor": math.floor, "ceil": math.ceil, "trunc": math.trunc,
+    "enter": lambda o: type(o).__enter__(o), "exit": lambda o, *exc: type(o).__exit__(o, *exc),
     **_BINARY, **{f"r{name}": _reflected(op) for name, op in _BINARY.items()},
 }
 
@@ -104,6 +106,7 @@ class Side:
         self.borrowed: dict[int, Any] = {}  # their id -> our copy of their lent container
         self.proxies: dict[int, Any] = {}  # their id -> our proxy of their object
         self.peer_ids: dict[int, int] = {}  # id(copy or proxy) -> their id
+        self.seen: dict[int, Any] = {}  # their id -> what our copy held when both sides last agreed
         self.keep: list[Any] = []
 
     # -- tables --
@@ -118,9 +121,37 @@ class Side:
         return self.export(obj, "lent")
 
     def borrow(self, ref: int, copy: Any) -> None:
+        if ref in self.borrowed:
+            self.peer_ids.pop(id(self.borrowed[ref]), None)
         self.borrowed[ref] = copy
         self.peer_ids[id(copy)] = ref
-        self.keep.append(copy)
+
+    def agreed(self, refs: Any) -> None:
+        """Both sides now hold the same contents of these lent containers."""
+        for ref in refs:
+            copy = self.borrowed.get(ref)
+            if copy is not None and lendable(copy):
+                self.seen[ref] = snapshot(copy)
+
+    def differs(self, ref: int) -> bool:
+        """Whether our copy of their container `ref` changed since both sides last agreed on it."""
+        copy = self.borrowed.get(ref)
+        return copy is not None and ref in self.seen and not same(self.seen[ref], snapshot(copy))
+
+    def changed(self) -> dict[int, Any]:
+        """Our copies of the other side's containers that differ from what both sides last agreed on; a copy
+        nothing but these tables still holds is forgotten once its news is out (the module let it go)."""
+        out: dict[int, Any] = {}
+        for ref, held in list(self.borrowed.items()):
+            if not lendable(held):
+                continue
+            if ref not in self.seen or not same(self.seen[ref], snapshot(held)):
+                out[ref] = held
+            if sys.getrefcount(held) <= 3:  # this loop's name, the dict, the call's argument
+                del self.borrowed[ref]
+                self.seen.pop(ref, None)
+                self.peer_ids.pop(id(held), None)
+        return out
 
     def remember_proxy(self, ref: int, proxy: Any) -> Any:
         self.proxies[ref] = proxy
@@ -204,7 +235,6 @@ class Side:
     def connect(self, read_fd: int, write_fd: int) -> None:
         self.reader, self.write_fd = Reader(read_fd), write_fd
         self.depth = 0  # requests of the other side being served now, one inside another
-        self.pending: dict[int, Any] = {}  # their id -> our copy, borrowed while serving: sent back with replies
 
     def bad(self, reason: str) -> Any:
         """The other side broke the protocol (never returns)."""
@@ -240,6 +270,7 @@ class Side:
         except OverflowError as e:
             raise ValueError(f"{e}, which cannot go to the other process") from None
         send(self.write_fd, ["q", kind, target, enc.objs, slots, news])
+        self.agreed(enc.mentioned)
         while True:
             message = self.receive()
             if message[0] == "q":
@@ -261,6 +292,7 @@ class Side:
             dec.finish()
             for target, new in updates:
                 apply_contents(target, new)
+            self.agreed([*dec.received, *(ref for which, ref, _ in _news(news) if which == "mine")])
         except Refused:
             raise
         except RecursionError:
@@ -300,8 +332,6 @@ class Side:
             self.reply(status, result, dec.mentioned)
         finally:
             self.depth -= 1
-            if not self.depth:
-                self.pending.clear()
 
     def reply(self, status: str, result: Any, mentioned: dict[int, Any]) -> None:
         """Send an answer, with the news of every lent container: theirs we hold (what we did to them) and
@@ -312,7 +342,9 @@ class Side:
         except (TypeError, ValueError, OverflowError, RecursionError) as e:
             status, enc = "raise", Encoder(self, lend=False)
             slot = enc.encode(TypeError(str(e)[:MAX_REASON]))
-        send(self.write_fd, ["a", status, enc.objs, slot, enc.news(mentioned, self.pending)])
+        changed = self.changed()
+        send(self.write_fd, ["a", status, enc.objs, slot, enc.news(mentioned, changed)])
+        self.agreed([*changed, *enc.mentioned])
 
     def passes_on(self) -> tuple[type[BaseException], ...]:
         """The exceptions of a request that go back to the other side as its answer."""
@@ -320,6 +352,36 @@ class Side:
 
     def handle(self, kind: Any, target: Any, values: list[Any]) -> Any:
         raise NotImplementedError
+
+
+def lendable(v: Any) -> bool:
+    t = type(v)
+    return t in (list, dict, set, bytearray) or t.__module__ == "collections" and t.__name__ in (
+        "deque", "defaultdict", "Counter", "OrderedDict")
+
+
+def snapshot(v: Any) -> tuple[Any, ...]:
+    """What a lent container holds, by the identity of its parts (no comparison runs anyone's code)."""
+    if type(v) is bytearray:
+        return ("b", bytes(v))
+    if isinstance(v, dict):
+        return ("d", tuple(v.items()), getattr(v, "default_factory", None))
+    if isinstance(v, set):
+        items = tuple(v)  # holds the parts, so their ids stay theirs
+        return ("s", frozenset(map(id, items)), items)
+    return ("l", tuple(v))
+
+
+def same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    if a[0] != b[0]:
+        return False
+    if a[0] in ("b", "s"):
+        return bool(a[1] == b[1])
+    if len(a[1]) != len(b[1]):
+        return False
+    if a[0] == "d":
+        return a[2] is b[2] and all(x[0] is y[0] and x[1] is y[1] for x, y in zip(a[1], b[1], strict=True))
+    return all(x is y for x, y in zip(a[1], b[1], strict=True))
 
 
 def _news(news: Any) -> list[tuple[str, int, Any]]:

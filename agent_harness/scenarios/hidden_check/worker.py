@@ -143,7 +143,10 @@ SPECIALS: dict[str, Any] = {
     "__call__": _forward_call, "__iter__": _forward("iter"), "__next__": _forward("next_"),
     "__len__": _forward("len", int), "__contains__": _forward("contains", bool), "__getitem__": _forward("getitem"),
     "__setitem__": _forward("setitem"), "__delitem__": _forward("delitem"), "__index__": _forward("index", int),
-    "__int__": _forward("int", int), "__float__": _forward("float", float),
+    "__int__": _forward("int", int), "__float__": _forward("float", float), "__round__": _forward("round"),
+    "__floor__": _forward("floor"), "__ceil__": _forward("ceil"), "__trunc__": _forward("trunc"),
+    "__enter__": _forward("enter"),
+    "__exit__": lambda self, kind, exc, tb: self._hc("exit", kind, exc, None),  # a traceback stays here
     **{f"__{op}__": _forward(op) for op in ("lt", "le", "gt", "ge", "neg", "pos", "abs", "invert", "divmod",
                                             "rdivmod")},
     **{f"__{p}{op}__": _forward(p + op + ("_" if op in ("and", "or") else ""))

@@ -1,0 +1,623 @@
+"""The audit hook of the scorer's unittest runner: the observer that decides, out of reach of the
+code under test. It travels as the first part of the runner's `-c` source (verdict.runner_source);
+unittest_runner.py's docstring gives the design.
+
+`install` is one closure by design (hence its length): the hook and every helper it calls keep
+their state (the nonce, the expected tests, the snapshots) in cells that only the interpreter's
+list of audit hooks reaches, and they read no global or built-in name at run time (all are bound
+when `install` runs, before anything of the workspace is imported), so nothing set in a module's
+namespace changes what they do. Inside the hook nothing of the code under test's making is called:
+objects are looked at through C-level accessors bound here (exact types, `type.__dict__`'s
+descriptors), so no method of theirs runs while the hook is busy (when its own events are not seen).
+"""
+
+from __future__ import annotations
+
+import _thread
+import bdb
+import builtins
+import datetime
+import decimal
+import hashlib
+import inspect
+import logging
+import os
+import sys
+import traceback
+import types
+import unittest
+from typing import Any
+
+EVENT = "agent_harness.unittest"
+MAX_DEPTH = 100
+MAX_NODES = 1_000_000
+MAX_FLAGS = 20
+MAX_PY_FILES = 2000
+MAX_PY_BYTES = 1 << 20
+IMMUTABLE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: a C type whose methods cannot be replaced
+_LEAVES = (type(None), bool, int, float, complex, str, bytes, range, datetime.date, datetime.datetime,
+           datetime.time, datetime.timedelta, datetime.timezone, decimal.Decimal)
+# Only C types: the pure-Python fallbacks of datetime and decimal could be patched.
+LEAVES = frozenset(t for t in _LEAVES if t.__flags__ & IMMUTABLE)
+CONTAINERS = frozenset((list, tuple, set, frozenset, dict))
+SCALARS = frozenset((type(None), bool, int, float, str))  # settings such as maxDiff: changing them is allowed
+# assertion -> positions (after self) of the operands that must be plain data, and the comparison
+COMPARED: dict[str, tuple[tuple[int, ...], str]] = {
+    **{name: ((0, 1), "eq") for name in ("assertEqual", "assertListEqual", "assertTupleEqual", "assertDictEqual",
+                                         "assertSetEqual", "assertMultiLineEqual")},
+    "assertSequenceEqual": ((0, 1), "seq"),  # equal item by item, whatever the two sequence types
+    "assertNotEqual": ((0, 1), "ne"), "assertAlmostEqual": ((0, 1), "almost"),
+    "assertNotAlmostEqual": ((0, 1), "not_almost"), "assertCountEqual": ((0, 1), "count"),
+    "assertGreater": ((0, 1), "gt"), "assertGreaterEqual": ((0, 1), "ge"), "assertLess": ((0, 1), "lt"),
+    "assertLessEqual": ((0, 1), "le"), "assertTrue": ((0,), "true"), "assertFalse": ((0,), "false"),
+    "assertIn": ((0,), "in"), "assertNotIn": ((0,), "not_in"),
+}
+FRAME_ATTRS = frozenset(("tb_frame", "gi_frame", "cr_frame", "ag_frame"))
+PROC_SECRETS = frozenset(("mem", "fd", "fdinfo", "environ", "cmdline", "maps", "smaps", "pagemap", "task",
+                          "map_files", "auxv", "stack", "syscall"))
+ALWAYS = frozenset(("gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames",
+                    "sys.addaudithook"))
+FROM_OUTSIDE = frozenset(("sys._getframe", "sys.settrace", "sys.setprofile"))  # flagged when called from outside
+CARE = ALWAYS | FROM_OUTSIDE | {EVENT, "object.__setattr__", "object.__delattr__", "object.__getattr__", "open",
+                                "os.listdir", "os.scandir"}
+CONTROL = {i: f"\\u{i:04x}" for i in range(32)} | {127: "\\u007f"}
+
+
+def py_files(root: str, _scandir: Any = os.scandir, _open: Any = os.open, _read: Any = os.read,
+             _close: Any = os.close, _sha1: Any = hashlib.sha1, _flags: int = os.O_RDONLY | os.O_NOFOLLOW,
+             _endswith: Any = str.endswith, _startswith: Any = str.startswith, _len: Any = len,
+             _sorted: Any = sorted, _limits: tuple[int, int] = (MAX_PY_FILES, MAX_PY_BYTES),
+             _OSError: Any = OSError) -> dict[str, bytes]:
+    """sha1 of each `.py` file under `root` (links not followed, hidden folders skipped), bounded.
+    Everything it calls is a C function bound here, so the code under test cannot change its answer."""
+    out: dict[str, bytes] = {}
+    todo = [root]
+    while todo and _len(out) < _limits[0]:
+        top = todo.pop()
+        try:
+            with _scandir(top) as it:
+                entries = _sorted((e.name, e.path, e.is_dir(follow_symlinks=False), e.is_file(follow_symlinks=False))
+                                  for e in it)
+        except _OSError:
+            continue
+        for name, path, is_dir, is_file in entries:
+            if is_dir and not _startswith(name, "."):
+                todo.append(path)
+            elif is_file and _endswith(name, ".py") and _len(out) < _limits[0]:
+                try:
+                    fd = _open(path, _flags)
+                    try:
+                        out[path] = _sha1(_read(fd, _limits[1])).digest()
+                    finally:
+                        _close(fd)
+                except _OSError:
+                    out[path] = b""
+    return out
+
+
+def code_objects(*roots: Any) -> set[Any]:
+    """The code objects of `roots` (functions or code) and every code object nested in them."""
+    out: set[Any] = set()
+    todo = [getattr(r, "__code__", r) for r in roots]
+    while todo:
+        c = todo.pop()
+        if isinstance(c, types.CodeType) and c not in out:
+            out.add(c)
+            todo += [k for k in c.co_consts if isinstance(k, types.CodeType)]
+    return out
+
+
+def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], wrapper_codes: dict[str, Any],
+            trusted: tuple[str, ...], cwd: str) -> None:
+    """Read the nonce, take the snapshots and install the hook. Called by the runner's `main`, whose
+    frame is the only one the hook takes the run's orders (register, run, finish) from."""
+    nonce = b""
+    while len(nonce) < 32:
+        chunk = os.read(nonce_fd, 64)
+        if not chunk:
+            break
+        nonce += chunk
+    os.close(nonce_fd)
+    nonce = nonce.strip()
+    if len(nonce) < 16:
+        raise SystemExit("agent-harness unittest runner: no nonce")
+    prefix = nonce + b" "
+    del nonce
+    getframe, get_ident, add_hook = sys._getframe, _thread.get_ident, sys.addaudithook
+    write, exit_now = os.write, os._exit
+    startswith, str_join, str_split, str_isdigit = str.startswith, str.join, str.split, str.isdigit
+    encode, decode, replace, translate = str.encode, bytes.decode, str.replace, str.translate
+    mro_of = type.__dict__["__mro__"].__get__
+    cls_dict, qualname_of = type.__dict__["__dict__"].__get__, type.__dict__["__qualname__"].__get__
+    mod_dict = vars(types.ModuleType)["__dict__"].__get__
+    case_dict = vars(unittest.TestCase)["__dict__"].__get__
+    _type, _len, _repr, _str, _int, _bool, _abs, _round = type, len, repr, str, int, bool, abs, round
+    _list, _tuple, _dict, _sorted, _sum, _zip, _range, _any, _all = list, tuple, dict, sorted, sum, zip, range, any, all
+    function_type, tuple_type, str_type, bytes_type, dict_type, module_type, type_type = (
+        types.FunctionType, tuple, str, bytes, dict, types.ModuleType, type)
+    Exc, AssertionError_, TypeError_, ValueError_ = BaseException, AssertionError, TypeError, ValueError
+    leaves, containers, scalars, compared, control = LEAVES, CONTAINERS, SCALARS, COMPARED, CONTROL
+    frame_attrs, proc_secrets, always, from_outside_events, care = FRAME_ATTRS, PROC_SECRETS, ALWAYS, FROM_OUTSIDE, CARE
+    max_flags, max_nodes, max_depth, immutable, ev = MAX_FLAGS, MAX_NODES, MAX_DEPTH, IMMUTABLE, EVENT
+    hash_files, builtins_module, modules = py_files, builtins, sys.modules
+    body_code, abody_code = wrapper_codes["body"], wrapper_codes["abody"]
+    run_code, td_code = wrapper_codes["run"], wrapper_codes["td"]
+    leakers = code_objects(inspect.currentframe, inspect.stack, inspect.trace, inspect.getouterframes,
+                           inspect.getinnerframes, traceback.walk_stack, traceback.walk_tb, logging.currentframe,
+                           *(v for v in vars(bdb.Bdb).values() if isinstance(v, types.FunctionType)))
+    unittest_module = unittest
+    ut_classes = (unittest.TestCase, unittest.TestResult, unittest.TestSuite, unittest.TestLoader)
+    main_frame = getframe(1)
+    empty = object()  # an empty closure cell
+
+    def has(seq: Any, x: Any) -> bool:
+        return _any(k is x for k in seq)
+
+    def text(v: Any) -> str:
+        return v if _type(v) is str_type else "?"
+
+    # ---- snapshots ------------------------------------------------------------------------
+    def cell(c: Any) -> Any:
+        try:
+            return c.cell_contents
+        except ValueError_:
+            return empty
+
+    def fn_state(v: Any) -> Any:
+        """What can change inside a function without an audit event: its keyword defaults (a dict)
+        and its closure cells. None when it has neither (replacing `__defaults__` is audited)."""
+        if _type(v) is not function_type:
+            return None
+        kw, cells = v.__kwdefaults__, v.__closure__
+        if not kw and not cells:
+            return None
+        return (_tuple(kw.items()) if _type(kw) is dict_type else kw, _tuple(cell(c) for c in (cells or ())))
+
+    def watch(label: str, space: Any) -> tuple[dict[Any, Any], list[tuple[str, Any, Any]]]:
+        """A copy of `space`, and (name, function, state) of its functions with mutable insides."""
+        copy = _dict(space)
+        inside = []
+        for k, v in copy.items():
+            st = fn_state(v)
+            if st is not None:
+                inside.append((f"{label}.{text(k)}", v, st))
+        return copy, inside
+
+    def unittest_spaces() -> list[tuple[str, Any, Any]]:
+        """(label, object, its namespace) of every unittest module and every class defined in them."""
+        out: list[tuple[str, Any, Any]] = []
+        package = mod_dict(unittest_module)
+        for name, m in _sorted((k, v) for k, v in _dict(modules).items() if _type(k) is str_type):
+            if name != "unittest" and not startswith(name, "unittest."):
+                continue
+            if _type(m) is not module_type:
+                out.append((name, m, {}))
+                continue
+            space = mod_dict(m)
+            out.append((name, m, space))
+            for k, v in _dict(space).items():  # each class once, in the module that defines it
+                if _type(v) is type_type and text(cls_dict(v).get("__module__")) == name and qualname_of(v) == k:
+                    public = k in package and package[k] is v  # unittest.TestCase rather than unittest.case.TestCase
+                    out.append((f"unittest.{k}" if public else f"{name}.{k}", v, cls_dict(v)))
+        return out
+
+    unittest_base = {label: (obj, *watch(label, space)) for label, obj, space in unittest_spaces()}
+    builtins_base = _dict(mod_dict(builtins_module))
+    files_base = hash_files(cwd)
+
+    flags: list[str] = []
+    tampered: set[str] = set()  # what check() found, each told once
+    state: dict[str, Any] = {"current": None, "lost": False, "recorded": 0, "builtins_test": builtins_base,
+                             "builtins_body": builtins_base}
+    busy: set[int] = set()
+    tests: dict[int, dict[str, Any]] = {}
+    pending: dict[Any, bool | None] = {}
+
+    # ---- the channel ----------------------------------------------------------------------
+    def enc(v: Any) -> str:
+        t = _type(v)
+        if v is None or t is bool:
+            return "null" if v is None else "true" if v else "false"
+        if t is _int:
+            return _str(v)
+        if t is list:
+            return "[" + str_join(", ", [enc(x) for x in v]) + "]"
+        if t is dict_type:
+            return "{" + str_join(", ", [enc(k) + ": " + enc(x) for k, x in v.items()]) + "}"
+        s = decode(encode(text(v), "ascii", "replace"), "ascii")
+        return '"' + translate(replace(replace(s, "\\", "\\\\"), '"', '\\"'), control) + '"'
+
+    def send(obj: dict[str, Any]) -> None:
+        try:
+            write(report_fd, prefix + encode(enc(obj), "ascii") + b"\n")
+        except OSError:
+            state["lost"] = True
+
+    def flag(note: str) -> None:
+        note = note[:300]
+        if note in flags:
+            return
+        flags.append(note)
+        if _len(flags) <= max_flags:
+            send({"flag": note})
+
+    # ---- who is asking --------------------------------------------------------------------
+    def untrusted(fr: Any) -> bool:
+        if fr is None:
+            return False
+        code = fr.f_code
+        if code in own:
+            return False
+        name = code.co_filename
+        if _type(name) is not str_type:
+            return True
+        if startswith(name, "<frozen "):
+            return False
+        return _all(not startswith(name, p) for p in trusted)
+
+    def from_outside(fr: Any) -> bool:
+        """Whether `fr` is code outside the standard library, or a frame helper called from there."""
+        while fr is not None and fr.f_code in leakers:
+            fr = fr.f_back
+        return untrusted(fr)
+
+    def where(fr: Any) -> str:
+        return text(fr.f_code.co_filename)[-80:]
+
+    def is_class(v: Any) -> bool:
+        return has(mro_of(_type(v)), type_type)
+
+    def label_of(v: Any) -> str:
+        """`module.name` of a function or class, else `a module.Class object`."""
+        if _type(v) is function_type:
+            return f"{text(v.__module__)}.{text(v.__qualname__)}"
+        cls = v if is_class(v) else _type(v)
+        name = f"{text(cls_dict(cls).get('__module__'))}.{text(qualname_of(cls))}"
+        return name if is_class(v) else f"a {name} object"
+
+    def is_ut_class(c: Any) -> bool:
+        if not is_class(c):
+            return False
+        for k in mro_of(c):
+            if has(ut_classes, k):
+                return True
+        return startswith(text(cls_dict(c).get("__module__")), "unittest")
+
+    # ---- tamper checks --------------------------------------------------------------------
+    def same(a: Any, b: Any) -> bool:
+        if _type(a) is not tuple_type or _type(b) is not tuple_type or _len(a) != _len(b):
+            return a is b
+        return _all(same(x, y) for x, y in _zip(a, b))
+
+    def diff(label: str, base: dict[Any, Any], now: dict[Any, Any]) -> list[str]:
+        out = []
+        for k, v in base.items():
+            if k not in now:
+                out.append(f"removed {label}.{text(k)}")
+            elif now[k] is not v and not (_type(v) in scalars and _type(now[k]) in scalars):
+                out.append(f"replaced {label}.{text(k)}")
+        if _len(now) != _len(base) or out:
+            for k, v2 in now.items():
+                if k not in base and _type(v2) not in scalars and not (label == "builtins" and k == "_") \
+                        and not unittest_own(label, k, v2):
+                    out.append(f"added {label}.{text(k)}")
+        return out
+
+    def unittest_own(label: str, key: Any, v: Any) -> bool:
+        """A name unittest adds itself: a submodule imported since, or a class its package loads lazily
+        (unittest.IsolatedAsyncioTestCase), under its own name."""
+        if _type(key) is not str_type:
+            return False
+        if _type(v) is module_type:
+            return text(mod_dict(v).get("__name__")) == f"{label}.{key}"
+        if not is_class(v):
+            return False
+        return startswith(text(cls_dict(v).get("__module__")), "unittest") and text(qualname_of(v)) == key
+
+    def check(builtins_against: dict[str, Any] | None, when: str, deep: bool = True) -> None:
+        """Flag what changed in unittest (and the built-ins, against `builtins_against`); `deep`: also
+        inside unittest's functions."""
+        found = []
+        seen = set()
+        for label, obj, space in unittest_spaces():
+            seen.add(label)
+            if label not in unittest_base:  # imported since (unittest.mock, unittest.async_case): from now on
+                unittest_base[label] = (obj, *watch(label, space))
+                continue
+            obj0, base, inside = unittest_base[label]
+            if obj is not obj0:
+                found.append(f"replaced {label}")
+                continue
+            found += diff(label, base, _dict(space))
+            if deep:
+                found += [f"changed the defaults or closure of {name}" for name, fn, st in inside
+                          if not same(st, fn_state(fn))]
+        found += [f"removed {label}" for label in unittest_base if label not in seen]
+        if builtins_against is not None:
+            found += diff("builtins", builtins_against, _dict(mod_dict(builtins_module)))
+        for item in [x for x in found if x not in tampered][:5]:
+            tampered.add(item)
+            flag(f"the code under test {item} ({when})")
+
+    def check_files(when: str) -> None:
+        now = hash_files(cwd)
+        for p in [p for p, h in files_base.items() if now.get(p) != h][:3]:
+            flag(f"the code under test changed or removed {p[_len(cwd) + 1:] if startswith(p, cwd) else p} ({when})")
+
+    # ---- plain data, and the hook's own comparison ------------------------------------------
+    def not_plain(value: Any, truth: bool) -> str | None:
+        count = 0
+        todo = [(value, 0)]
+        while todo:
+            v, depth = todo.pop()
+            count += 1
+            if count > max_nodes or depth > max_depth:
+                return f"a value too large or too deep to check (over {max_nodes} parts or {max_depth} levels)"
+            t = _type(v)
+            if _type(t) is type_type and (t in leaves or (truth and depth == 0 and t.__flags__ & immutable)):
+                continue
+            if _type(t) is not type_type or t not in containers:
+                return label_of(v)[:120]
+            items = [x for kv in v.items() for x in kv] if t is dict_type else v
+            todo += [(x, depth + 1) for x in items]
+        return None
+
+    def count_equal(a: Any, b: Any) -> bool:
+        a, b = _list(a), _list(b)
+        if _len(a) != _len(b):
+            return False
+        try:
+            ca: dict[Any, int] = {}
+            cb: dict[Any, int] = {}
+            for x in a:
+                ca[x] = ca.get(x, 0) + 1
+            for x in b:
+                cb[x] = cb.get(x, 0) + 1
+            return ca == cb
+        except TypeError_:
+            rest = _list(b)
+            for x in a:
+                for i in _range(_len(rest)):
+                    if rest[i] == x:
+                        del rest[i]
+                        break
+                else:
+                    return False
+            return not rest
+
+    def own_equality(case: Any, t: Any) -> bool:
+        """Whether the test registered an equality function of its own for type `t`."""
+        try:
+            funcs = case_dict(case).get("_type_equality_funcs")
+        except TypeError_:
+            return False
+        f = funcs.get(t) if _type(funcs) is dict_type else None
+        return f is not None and _type(f) is not str_type
+
+    def holds(kind: str, values: tuple[Any, ...], case: Any) -> bool | None:
+        """The hook's own verdict on a comparison of plain data; None: leave it to unittest."""
+        a: Any = values[0]
+        b: Any = values[1] if _len(values) > 1 else None
+        try:
+            if kind == "eq":
+                return None if _type(a) is _type(b) and own_equality(case, _type(a)) else a == b
+            if kind == "seq":
+                if a == b:
+                    return True
+                if _len(a) != _len(b):
+                    return False
+                return _all(a[i] == b[i] for i in _range(_len(a)))
+            if kind == "ne":
+                return a != b
+            if kind in ("almost", "not_almost"):
+                places, delta = values[2], values[4]
+                if a == b:
+                    near = True
+                elif delta is not None:
+                    near = _abs(a - b) <= delta
+                else:
+                    near = _round(_abs(b - a), 7 if places is None else places) == 0
+                return near if kind == "almost" else (a != b and not near)
+            if kind == "count":
+                return count_equal(a, b)
+            if kind in ("gt", "ge", "lt", "le"):
+                return a > b if kind == "gt" else a >= b if kind == "ge" else a < b if kind == "lt" else a <= b
+            if kind in ("true", "false"):
+                return _bool(a) is (kind == "true")
+            if kind in ("in", "not_in") and _type(b) in containers and not not_plain(b, False):
+                return (a in b) is (kind == "in")
+        except Exc:
+            return None
+        return None
+
+    def on_assert(fr: Any, args: tuple[Any, ...]) -> BaseException | None:
+        name, values, case = args[1], args[2], args[3]
+        if _type(name) is not str_type or name not in compared or _type(values) is not tuple_type:
+            return None
+        positions, kind = compared[name]
+        operands = [values[i] for i in positions if i < _len(values)]
+        if kind in ("in", "not_in") and _len(values) > 1 and _type(values[1]) in containers:
+            operands.append(values[1])
+        for v in operands:
+            why = not_plain(v, kind in ("true", "false"))
+            if why:
+                note = f"{name} was given {why}, not plain data"
+                flag(note)
+                return AssertionError_(note)
+        pending[fr] = holds(kind, values, case)
+        return None
+
+    def on_asserted(fr: Any, args: tuple[Any, ...]) -> BaseException | None:
+        if pending.pop(fr, None) is False:
+            note = f"unittest's {text(args[1])} returned although its comparison does not hold (unittest was changed)"
+            flag(note)
+            return AssertionError_(note)
+        return None
+
+    # ---- the tests ----------------------------------------------------------------------
+    def registered(fr: Any, code: Any, obj_name: str, obj_key: str) -> dict[str, Any] | None:
+        if fr.f_code is not code:
+            flag(f"a guard event came from code that is not the runner's, in {where(fr)}")
+            return None
+        loc = fr.f_locals
+        k = loc.get("_k")
+        t = tests.get(k) if _type(k) is _int else None
+        if t is None or loc.get(obj_name) is not t[obj_key]:
+            flag("a guard wrapper was called with arguments of its own")
+            return None
+        return t
+
+    def on_run(what: str, args: tuple[Any, ...]) -> None:
+        if what == "register" and _len(args) == 6 and _type(args[1]) is _int:
+            _, k, case, method, teardown, name = args
+            tests[k] = {"case": case, "method": method, "teardown": teardown, "name": text(name), "runs": 0,
+                        "passed": None, "why": "it never ran", "body": False, "td": False, "unrun": False}
+        elif what == "run":
+            check(builtins_base, "while the tests loaded")
+            check_files("while the tests loaded")
+        elif what == "finish":
+            finish(args[1] if _len(args) > 1 else None)
+
+    def on_test(what: str, t: dict[str, Any], args: tuple[Any, ...]) -> None:
+        if what == "begin":
+            if state["current"] is not None:
+                flag(f"{t['name']} started inside another test")
+            state["current"] = t
+            t.update(runs=t["runs"] + 1, body=False, td=t["teardown"] is None, unrun=False)
+            state["builtins_test"] = _dict(mod_dict(builtins_module))
+            return
+        if state["current"] is not t:
+            flag(f"{t['name']} ended without having started")
+            return
+        state["current"] = None
+        delta = args[2] if _len(args) > 2 and _type(args[2]) is _int else 0
+        check(state["builtins_test"], f"in {t['name']}")
+        if delta < 0:
+            flag(f"the test result forgot failures it had recorded (in {t['name']})")
+        state["recorded"] += delta if delta > 0 else 0
+        ok = t["body"] and t["td"] and delta == 0
+        if t["unrun"]:
+            t["why"] = "its method returned a generator or coroutine: its body never ran"
+        elif delta == 0 and not ok:
+            part = "body" if not t["body"] else "tearDown"
+            flag(f"unittest counted {t['name']} as passed without its {part} running to its end")
+        elif not ok:
+            t["why"] = "it failed"
+        t["passed"] = ok if t["passed"] is None else (t["passed"] and ok)
+
+    def on_event(fr: Any, args: tuple[Any, ...]) -> BaseException | None:
+        what = args[0] if args else None
+        if what in ("assert", "asserted"):
+            if fr.f_code not in shim_codes or _len(args) < (4 if what == "assert" else 2):
+                return None
+            return on_assert(fr, args) if what == "assert" else on_asserted(fr, args)
+        if what in ("register", "run", "finish"):
+            if fr is main_frame:
+                on_run(what, args)
+            else:
+                flag(f"a guard event {what!r} came from outside the runner, in {where(fr)}")
+        elif what in ("begin", "end"):
+            t = registered(fr, run_code, "_case", "case")
+            if t is not None:
+                on_test(what, t, args)
+        elif what in ("body", "body_end", "unrun"):
+            t = registered(fr, abody_code if fr.f_code is abody_code else body_code, "_m", "method")
+            if t is None or state["current"] is not t:
+                return None  # a test body called from elsewhere proves nothing for the test that runs
+            if what == "body":
+                state["builtins_body"] = _dict(mod_dict(builtins_module))
+            elif what == "unrun":
+                t["unrun"] = True
+            else:
+                check(state["builtins_body"], f"in the body of {t['name']}", deep=False)
+                t["body"] = True
+        elif what == "td_end":
+            t = registered(fr, td_code, "_t", "teardown")
+            if t is not None and state["current"] is t:
+                t["td"] = True
+        else:
+            flag(f"an unknown guard event, in {where(fr)}")
+        return None
+
+    def finish(result_counts: Any) -> None:
+        check(builtins_base, "by the end")
+        check_files("by the end")
+        counts = {k: v for k, v in (_dict(result_counts) if _type(result_counts) is dict_type else {}).items()
+                  if _type(k) is str_type and _type(v) is _int}
+        problems = _sum(v for k, v in counts.items() if k != "tests_run")
+        never = [t for t in tests.values() if t["runs"] == 0]
+        if never and problems == 0:
+            flag(f"{_len(never)} of {_len(tests)} tests never ran although nothing failed (first: {never[0]['name']})")
+        if problems < state["recorded"]:
+            flag("the test result forgot failures it had recorded")
+        passed = [t for t in tests.values() if t["passed"] is True]
+        not_passed = [f"{t['name']}: {t['why']}" for t in tests.values() if t["passed"] is not True][:5]
+        ok = _len(tests) > 0 and _len(passed) == _len(tests) and not flags and problems == 0 and not state["lost"]
+        send({"report": {"tests": _len(tests), "passed": _len(passed), "not_passed": not_passed,
+                         "flags": _len(flags), **counts}})
+        exit_now(0 if ok else 1)
+
+    # ---- the hook -------------------------------------------------------------------------
+    def on_access(event: str, args: tuple[Any, ...], fr_outside: bool) -> None:
+        obj, name = args[0], args[1]
+        if name == "__code__":  # types.coroutine sets it too, on asyncio's own functions
+            if fr_outside or (_type(obj) is function_type and (startswith(text(obj.__module__), "unittest")
+                                                               or obj.__code__ in own)):
+                flag(f"the code under test replaced the __code__ of {label_of(obj)}")
+        elif name in ("__defaults__", "__kwdefaults__") and _type(obj) is function_type and (
+                startswith(text(obj.__module__), "unittest") or obj.__code__ in shim_codes):
+            flag(f"the code under test replaced the {name} of {label_of(obj)}")
+        elif name == "__bases__" and is_ut_class(obj):
+            flag(f"the code under test replaced the __bases__ of {label_of(obj)}")
+        elif name == "__class__" and (is_ut_class(_type(obj)) or (_len(args) > 2 and is_ut_class(args[2]))):
+            flag("the code under test changed the class of a unittest object")
+
+    def on_path(event: str, path: Any) -> None:
+        if _type(path) is bytes_type:
+            path = decode(path, "utf-8", "replace")
+        if _type(path) is not str_type or not (startswith(path, "/proc/") or startswith(path, "/dev/fd")):
+            return
+        parts = str_split(path, "/")
+        who = parts[2] if _len(parts) > 2 else ""
+        if startswith(path, "/dev/fd") or ((who in ("self", "thread-self") or str_isdigit(who)) and (
+                _len(parts) == 3 or parts[3] in proc_secrets or parts[3] == "")):
+            flag(f"the code under test opened {path[:60]} ({event})")
+
+    def handle(event: str, args: tuple[Any, ...], fr: Any) -> BaseException | None:
+        if event == ev:
+            return on_event(fr, args)
+        if event == "object.__getattr__":
+            if from_outside(fr):
+                flag(f"the code under test read a frame ({args[1]}) in {where(fr)}")
+        elif event in from_outside_events:
+            if from_outside(fr):
+                flag(f"the code under test called {event} in {where(fr)}")
+        elif event in always or startswith(event, "ctypes."):
+            flag(f"the code under test called {event}")
+        elif event in ("object.__setattr__", "object.__delattr__"):
+            if _len(args) > 1:
+                on_access(event, args, from_outside(fr))
+        elif args:
+            on_path(event, args[0])
+        return None
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if event not in care and not startswith(event, "ctypes."):
+            return
+        if event == "object.__getattr__" and (_len(args) < 2 or args[1] not in frame_attrs):
+            return
+        tid = get_ident()
+        if tid in busy:
+            return
+        busy.add(tid)
+        err = None
+        try:
+            err = handle(event, args, getframe(1))
+        except Exc as e:  # a fault of the guard's: the run fails, as a forged state would
+            flag(f"the guard failed on {event}: {text(qualname_of(_type(e)))}")
+        finally:
+            busy.discard(tid)
+        if err is not None:
+            raise err
+
+    add_hook(hook)

@@ -93,7 +93,7 @@ def test_files(args: list[str], hidden: Iterable[str]) -> Callable[[str], bool]:
     """Whether a workspace path is a test file of `python -m unittest ARGS` (or a hidden file)."""
     hidden = set(hidden)
     names: list[str] = []
-    start, pattern, discover = ".", "test*.py", not args or args[0] == "discover" or args[0].startswith("-")
+    start, pattern = ".", "test*.py"
     rest = args[1:] if args and args[0] == "discover" else list(args)
     positional: list[str] = []
     i = 0
@@ -110,6 +110,7 @@ def test_files(args: list[str], hidden: Iterable[str]) -> Callable[[str], bool]:
         if not a.startswith("-"):
             positional.append(a)
         i += 1
+    discover = bool(args and args[0] == "discover") or not positional  # as unittest's own command line
     if discover and positional:
         start = positional[0]
         pattern = positional[1] if len(positional) > 1 else pattern

@@ -14,8 +14,10 @@ descriptors), so no method of theirs runs while the hook is busy (when its own e
 from __future__ import annotations
 
 import _thread
+import array
 import bdb
 import builtins
+import collections
 import datetime
 import decimal
 import hashlib
@@ -40,6 +42,10 @@ _LEAVES = (type(None), bool, int, float, complex, str, bytes, range, datetime.da
 # Only C types: the pure-Python fallbacks of datetime and decimal could be patched.
 LEAVES = frozenset(t for t in _LEAVES if t.__flags__ & IMMUTABLE)
 CONTAINERS = frozenset((list, tuple, set, frozenset, dict))
+# C types whose truth comes from their own C data, whatever they hold (weakref.proxy or
+# MappingProxyType, also C types, ask a Python object and are not among them)
+SIZED = frozenset((collections.deque, array.array, bytearray, memoryview, type({}.keys()), type({}.values()),
+                   type({}.items())))
 SCALARS = frozenset((type(None), bool, int, float, str))  # settings such as maxDiff: changing them is allowed
 # assertion -> positions (after self) of the operands that must be plain data, and the comparison
 COMPARED: dict[str, tuple[tuple[int, ...], str]] = {
@@ -129,25 +135,33 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
     encode, decode, replace, translate = str.encode, bytes.decode, str.replace, str.translate
     mro_of = type.__dict__["__mro__"].__get__
     cls_dict, qualname_of = type.__dict__["__dict__"].__get__, type.__dict__["__qualname__"].__get__
+    module_of = type.__dict__["__module__"].__get__  # C types keep it in their name, not their dict
     mod_dict = vars(types.ModuleType)["__dict__"].__get__
     case_dict = vars(unittest.TestCase)["__dict__"].__get__
     _type, _len, _repr, _str, _int, _bool, _abs, _round = type, len, repr, str, int, bool, abs, round
-    _list, _tuple, _dict, _sorted, _sum, _zip, _range, _any, _all = list, tuple, dict, sorted, sum, zip, range, any, all
+    _list, _tuple, _dict, _set, _sorted, _sum = list, tuple, dict, set, sorted, sum
+    _zip, _range, _any, _all = zip, range, any, all
     function_type, tuple_type, str_type, bytes_type, dict_type, module_type, type_type = (
         types.FunctionType, tuple, str, bytes, dict, types.ModuleType, type)
-    Exc, AssertionError_, TypeError_, ValueError_ = BaseException, AssertionError, TypeError, ValueError
-    leaves, containers, scalars, compared, control = LEAVES, CONTAINERS, SCALARS, COMPARED, CONTROL
+    Exc, AssertionError_, TypeError_ = BaseException, AssertionError, TypeError
+    ValueError_, OSError_ = ValueError, OSError
+    leaves, containers, sized, scalars, compared, control = LEAVES, CONTAINERS, SIZED, SCALARS, COMPARED, CONTROL
+    numbers = frozenset((int, float))
+    _id = id
     frame_attrs, proc_secrets, always, from_outside_events, care = FRAME_ATTRS, PROC_SECRETS, ALWAYS, FROM_OUTSIDE, CARE
     max_flags, max_nodes, max_depth, immutable, ev = MAX_FLAGS, MAX_NODES, MAX_DEPTH, IMMUTABLE, EVENT
     hash_files, builtins_module, modules = py_files, builtins, sys.modules
     body_code, abody_code = wrapper_codes["body"], wrapper_codes["abody"]
     run_code, td_code = wrapper_codes["run"], wrapper_codes["td"]
-    leakers = code_objects(inspect.currentframe, inspect.stack, inspect.trace, inspect.getouterframes,
+    leaker_codes = code_objects(inspect.currentframe, inspect.stack, inspect.trace, inspect.getouterframes,
                            inspect.getinnerframes, traceback.walk_stack, traceback.walk_tb, logging.currentframe,
                            *(v for v in vars(bdb.Bdb).values() if isinstance(v, types.FunctionType)))
     unittest_module = unittest
     ut_classes = (unittest.TestCase, unittest.TestResult, unittest.TestSuite, unittest.TestLoader)
     main_frame = getframe(1)
+    # code objects are compared by id (they are all kept alive): hashing one hashes its constants
+    own_ids, shim_ids = frozenset(id(c) for c in own), frozenset(id(c) for c in shim_codes)
+    leakers = frozenset(id(c) for c in leaker_codes)
     empty = object()  # an empty closure cell
 
     def has(seq: Any, x: Any) -> bool:
@@ -196,7 +210,8 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
             space = mod_dict(m)
             out.append((name, m, space))
             for k, v in _dict(space).items():  # each class once, in the module that defines it
-                if _type(v) is type_type and text(cls_dict(v).get("__module__")) == name and qualname_of(v) == k:
+                if _type(k) is str_type and _type(v) is type_type and text(cls_dict(v).get("__module__")) == name \
+                        and text(qualname_of(v)) == k:
                     public = k in package and package[k] is v  # unittest.TestCase rather than unittest.case.TestCase
                     out.append((f"unittest.{k}" if public else f"{name}.{k}", v, cls_dict(v)))
         return out
@@ -208,7 +223,8 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
     flags: list[str] = []
     tampered: set[str] = set()  # what check() found, each told once
     state: dict[str, Any] = {"current": None, "lost": False, "recorded": 0, "builtins_test": builtins_base,
-                             "builtins_body": builtins_base}
+                             "builtins_body": builtins_base,
+                             "alive": (own, shim_codes, leaker_codes)}  # so that no id above is ever reused
     busy: set[int] = set()
     tests: dict[int, dict[str, Any]] = {}
     pending: dict[Any, bool | None] = {}
@@ -216,11 +232,11 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
     # ---- the channel ----------------------------------------------------------------------
     def enc(v: Any) -> str:
         t = _type(v)
-        if v is None or t is bool:
+        if v is None or t is _bool:
             return "null" if v is None else "true" if v else "false"
         if t is _int:
             return _str(v)
-        if t is list:
+        if t is _list:
             return "[" + str_join(", ", [enc(x) for x in v]) + "]"
         if t is dict_type:
             return "{" + str_join(", ", [enc(k) + ": " + enc(x) for k, x in v.items()]) + "}"
@@ -230,7 +246,7 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
     def send(obj: dict[str, Any]) -> None:
         try:
             write(report_fd, prefix + encode(enc(obj), "ascii") + b"\n")
-        except OSError:
+        except OSError_:
             state["lost"] = True
 
     def flag(note: str) -> None:
@@ -246,7 +262,7 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
         if fr is None:
             return False
         code = fr.f_code
-        if code in own:
+        if _id(code) in own_ids:
             return False
         name = code.co_filename
         if _type(name) is not str_type:
@@ -257,7 +273,7 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
 
     def from_outside(fr: Any) -> bool:
         """Whether `fr` is code outside the standard library, or a frame helper called from there."""
-        while fr is not None and fr.f_code in leakers:
+        while fr is not None and _id(fr.f_code) in leakers:
             fr = fr.f_back
         return untrusted(fr)
 
@@ -272,7 +288,7 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
         if _type(v) is function_type:
             return f"{text(v.__module__)}.{text(v.__qualname__)}"
         cls = v if is_class(v) else _type(v)
-        name = f"{text(cls_dict(cls).get('__module__'))}.{text(qualname_of(cls))}"
+        name = f"{text(module_of(cls))}.{text(qualname_of(cls))}"
         return name if is_class(v) else f"a {name} object"
 
     def is_ut_class(c: Any) -> bool:
@@ -290,7 +306,10 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
         return _all(same(x, y) for x, y in _zip(a, b))
 
     def diff(label: str, base: dict[Any, Any], now: dict[Any, Any]) -> list[str]:
-        out = []
+        named = {k: v for k, v in now.items() if _type(k) is str_type}
+        out = [f"added a key that is not a name to {label}"] if _len(named) != _len(now) else []
+        base = {k: v for k, v in base.items() if _type(k) is str_type}
+        now = named
         for k, v in base.items():
             if k not in now:
                 out.append(f"removed {label}.{text(k)}")
@@ -318,7 +337,7 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
         """Flag what changed in unittest (and the built-ins, against `builtins_against`); `deep`: also
         inside unittest's functions."""
         found = []
-        seen = set()
+        seen = _set()
         for label, obj, space in unittest_spaces():
             seen.add(label)
             if label not in unittest_base:  # imported since (unittest.mock, unittest.async_case): from now on
@@ -354,13 +373,20 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
             if count > max_nodes or depth > max_depth:
                 return f"a value too large or too deep to check (over {max_nodes} parts or {max_depth} levels)"
             t = _type(v)
-            if _type(t) is type_type and (t in leaves or (truth and depth == 0 and t.__flags__ & immutable)):
+            if _type(t) is type_type and (t in leaves or (truth and depth == 0 and truthful(t))):
                 continue
             if _type(t) is not type_type or t not in containers:
                 return label_of(v)[:120]
             items = [x for kv in v.items() for x in kv] if t is dict_type else v
             todo += [(x, depth + 1) for x in items]
         return None
+
+    def truthful(t: Any) -> bool:
+        """Whether the truth of a `t` object is decided by C code on its own data: a C type (its methods
+        cannot be replaced) that has no `__bool__` or `__len__` (always true), or one of SIZED."""
+        if not t.__flags__ & immutable:
+            return False
+        return t in sized or not _any("__bool__" in cls_dict(k) or "__len__" in cls_dict(k) for k in mro_of(t))
 
     def count_equal(a: Any, b: Any) -> bool:
         a, b = _list(a), _list(b)
@@ -391,8 +417,9 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
             funcs = case_dict(case).get("_type_equality_funcs")
         except TypeError_:
             return False
-        f = funcs.get(t) if _type(funcs) is dict_type else None
-        return f is not None and _type(f) is not str_type
+        if _type(funcs) is not dict_type:
+            return False
+        return _any(k is t and _type(f) is not str_type for k, f in funcs.items())
 
     def holds(kind: str, values: tuple[Any, ...], case: Any) -> bool | None:
         """The hook's own verdict on a comparison of plain data; None: leave it to unittest."""
@@ -411,6 +438,8 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
                 return a != b
             if kind in ("almost", "not_almost"):
                 places, delta = values[2], values[4]
+                if not (places is None or _type(places) is _int) or not (delta is None or _type(delta) in numbers):
+                    return None
                 if a == b:
                     near = True
                 elif delta is not None:
@@ -507,8 +536,11 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
 
     def on_event(fr: Any, args: tuple[Any, ...]) -> BaseException | None:
         what = args[0] if args else None
+        if _type(what) is not str_type:
+            flag(f"an unknown guard event, in {where(fr)}")
+            return None
         if what in ("assert", "asserted"):
-            if fr.f_code not in shim_codes or _len(args) < (4 if what == "assert" else 2):
+            if _id(fr.f_code) not in shim_ids or _len(args) < (4 if what == "assert" else 2):
                 return None
             return on_assert(fr, args) if what == "assert" else on_asserted(fr, args)
         if what in ("register", "run", "finish"):
@@ -562,10 +594,10 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
         obj, name = args[0], args[1]
         if name == "__code__":  # types.coroutine sets it too, on asyncio's own functions
             if fr_outside or (_type(obj) is function_type and (startswith(text(obj.__module__), "unittest")
-                                                               or obj.__code__ in own)):
+                                                               or _id(obj.__code__) in own_ids)):
                 flag(f"the code under test replaced the __code__ of {label_of(obj)}")
         elif name in ("__defaults__", "__kwdefaults__") and _type(obj) is function_type and (
-                startswith(text(obj.__module__), "unittest") or obj.__code__ in shim_codes):
+                startswith(text(obj.__module__), "unittest") or _id(obj.__code__) in shim_ids):
             flag(f"the code under test replaced the {name} of {label_of(obj)}")
         elif name == "__bases__" and is_ut_class(obj):
             flag(f"the code under test replaced the __bases__ of {label_of(obj)}")
@@ -595,16 +627,20 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
         elif event in always or startswith(event, "ctypes."):
             flag(f"the code under test called {event}")
         elif event in ("object.__setattr__", "object.__delattr__"):
-            if _len(args) > 1:
+            if _len(args) > 1 and _type(args[1]) is str_type:
                 on_access(event, args, from_outside(fr))
         elif args:
             on_path(event, args[0])
         return None
 
     def hook(event: str, args: tuple[Any, ...]) -> None:
+        # exact types first: a str subclass's __hash__ or __eq__ would run code inside the hook
+        if _type(event) is not str_type or _type(args) is not tuple_type:
+            return
         if event not in care and not startswith(event, "ctypes."):
             return
-        if event == "object.__getattr__" and (_len(args) < 2 or args[1] not in frame_attrs):
+        if event == "object.__getattr__" and (_len(args) < 2 or _type(args[1]) is not str_type
+                                              or args[1] not in frame_attrs):
             return
         tid = get_ident()
         if tid in busy:

@@ -97,12 +97,15 @@ def make_shims(originals: dict[str, Any]) -> dict[str, Any]:
     return shims
 
 
-def count_problems(result: Any, _len: Any = len, _getattr: Any = getattr, _sum: Any = sum) -> int:
+def count_problems(result: Any, _len: Any = len, _getattr: Any = getattr,
+                   _names: tuple[str, ...] = ("failures", "errors", "skipped", "expectedFailures",
+                                              "unexpectedSuccesses")) -> int:
     """How many failures, errors, skips, expected failures and unexpected successes `result` holds."""
-    if result is None:
-        return 0
-    return _sum(_len(_getattr(result, k, ())) for k in ("failures", "errors", "skipped", "expectedFailures",
-                                                          "unexpectedSuccesses"))
+    n = 0
+    if result is not None:
+        for k in _names:
+            n += _len(_getattr(result, k, ()))
+    return n
 
 
 def wrappers(audit: Any = sys.audit, count: Any = count_problems) -> dict[str, Any]:

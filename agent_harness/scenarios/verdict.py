@@ -157,9 +157,10 @@ def unittest_verdict(data: bytes, nonce: str, exited_ok: bool) -> tuple[bool, st
     if len(reports) > 1 or not got or any(type(v) is not int or v < 0 for v in got.values()):
         return False, "the test runner's report is malformed", "the test runner's report is malformed"
     n: dict[str, int] = {k: int(v or 0) for k, v in got.items()}
-    if n["flags"]:
-        return (False, f"{n['flags']} warnings of the test runner never reached the harness",
-                "the test runner's warnings were kept from the harness")
+    if n["flags"]:  # raised, yet none arrived: the report channel was tampered with
+        why = (f"{n['flags']} warnings of the test runner never reached the harness "
+               "(its report channel was tampered with)")
+        return False, why, why
     odd = ", ".join(f"{n[k]} {k.replace('_', ' ')}" for k in ("skipped", "expected_failures", "unexpected_successes")
                     if n[k])
     if odd:

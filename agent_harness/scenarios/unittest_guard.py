@@ -137,6 +137,11 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
     cls_dict, qualname_of = type.__dict__["__dict__"].__get__, type.__dict__["__qualname__"].__get__
     module_of = type.__dict__["__module__"].__get__  # C types keep it in their name, not their dict
     mod_dict = vars(types.ModuleType)["__dict__"].__get__
+    func_code, func_dict = vars(types.FunctionType)["__code__"].__get__, vars(types.FunctionType)["__dict__"].__get__
+    method_func, method_type, code_type = vars(types.MethodType)["__func__"].__get__, types.MethodType, types.CodeType
+    read_fd, open_fd, close_fd, compile_, o_rdonly = os.read, os.open, os.close, compile, os.O_RDONLY | os.O_NOFOLLOW
+    sha1, max_py_bytes = hashlib.sha1, MAX_PY_BYTES
+    str_replace, str_rfind = str.replace, str.rfind
     case_dict = vars(unittest.TestCase)["__dict__"].__get__
     _type, _len, _repr, _str, _int, _bool, _abs, _round = type, len, repr, str, int, bool, abs, round
     _list, _tuple, _dict, _set, _sorted, _sum = list, tuple, dict, set, sorted, sum
@@ -227,6 +232,8 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
                              "alive": (own, shim_codes, leaker_codes)}  # so that no id above is ever reused
     busy: set[int] = set()
     tests: dict[int, dict[str, Any]] = {}
+    genuine: dict[str, set[Any]] = {"keys": set(), "quals": set()}  # of the test files' own code
+    test_files: list[str] = []
     pending: dict[Any, bool | None] = {}
 
     # ---- the channel ----------------------------------------------------------------------
@@ -497,15 +504,115 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
         return t
 
     def on_run(what: str, args: tuple[Any, ...]) -> None:
-        if what == "register" and _len(args) == 6 and _type(args[1]) is _int:
-            _, k, case, method, teardown, name = args
+        if what == "register" and _len(args) == 7 and _type(args[1]) is _int:
+            _, k, case, method, teardown, name, method_name = args
             tests[k] = {"case": case, "method": method, "teardown": teardown, "name": text(name), "runs": 0,
-                        "passed": None, "why": "it never ran", "body": False, "td": False, "unrun": False}
+                        "method_name": text(method_name), "passed": None, "why": "it never ran", "body": False,
+                        "td": False, "unrun": False, "vouched": False}
         elif what == "run":
             check(builtins_base, "while the tests loaded")
             check_files("while the tests loaded")
+            if _len(args) == 4:
+                vouch_all(args[1], args[2], args[3])
         elif what == "finish":
             finish(args[1] if _len(args) > 1 else None)
+
+    # ---- the tests' own code ---------------------------------------------------------------
+    def normal(path: str) -> str:
+        parts: list[str] = []
+        for part in str_split(path if startswith(path, "/") else cwd + "/" + path, "/"):
+            if part == "..":
+                parts = parts[:-1]
+            elif part not in ("", "."):
+                parts.append(part)
+        return "/" + str_join("/", parts)
+
+    def is_test_file(path: str, start: Any, names: Any) -> bool:
+        if _type(start) is str_type:
+            return startswith(path, normal(start) + "/")
+        dotted = str_replace(path[_len(cwd) + 1:-3], "/", ".")
+        return _type(names) is tuple_type and _any(
+            _type(n) is str_type and (n == dotted or startswith(n, dotted + ".") or startswith(dotted, n + "."))
+            for n in names)
+
+    def code_key(c: Any) -> tuple[Any, ...]:
+        return (c.co_filename, c.co_firstlineno, c.co_qualname, c.co_code)
+
+    def learn(path: str, digest: bytes) -> None:
+        """Compile a test file, if it is as it was before anything ran, as the import system does, and
+        remember its code, all of it."""
+        try:
+            fd = open_fd(path, o_rdonly)
+            try:
+                source = read_fd(fd, max_py_bytes)
+            finally:
+                close_fd(fd)
+            if sha1(source).digest() != digest:
+                return
+            todo = [compile_(source, path, "exec", dont_inherit=True)]
+        except Exc:
+            return
+        test_files.append(path)
+        while todo:
+            c = todo.pop()
+            genuine["keys"].add(code_key(c))
+            genuine["quals"].add((c.co_filename, c.co_qualname))
+            todo += [k for k in c.co_consts if _type(k) is code_type]
+
+    def trusted_code(c: Any) -> bool:
+        name = c.co_filename
+        return _type(name) is str_type and (startswith(name, "<frozen ") or _any(startswith(name, p) for p in trusted))
+
+    def vouch(t: dict[str, Any]) -> None:
+        """Whether test `t` runs code of the test files, as the test it claims to be: its function (under
+        any stdlib or test-file decorators) was compiled from an unchanged test file, and if it is a
+        method its qualified name is `Class.name` for a class of the test's."""
+        fn, chain = t["method"], []
+        for _ in _range(10):
+            if _type(fn) is method_type:
+                fn = method_func(fn)
+            if _type(fn) is not function_type:
+                break
+            chain.append(func_code(fn))
+            fn = func_dict(fn).get("__wrapped__")
+        if not chain:
+            t["vouched"], t["why"] = False, "its test method is not a function"
+            return
+        inner, name = chain[-1], t["method_name"]
+        classes = [text(qualname_of(c)) for c in mro_of(_type(t["case"]))]
+        own_name = _any(inner.co_qualname == f"{c}.{name}" for c in classes) or "<locals>" in text(inner.co_qualname)
+        t["inner"] = inner
+        if (code_key(inner) in genuine["keys"] or trusted_code(inner)) and own_name and _all(
+                code_key(c) in genuine["keys"] or trusted_code(c) for c in chain[:-1]):
+            t["vouched"] = True
+            return
+        t["vouched"], t["why"] = False, f"it runs code from {text(inner.co_filename)[-80:]}, not from a test file"
+        if _any((f, f"{c}.{name}") in genuine["quals"] for c in classes for f in test_files):
+            flag(f"the code under test replaced the test method {t['name']} (it runs code from "
+                 f"{text(inner.co_filename)[-80:]})")
+
+    def vouch_all(start: Any, names: Any, filtered: Any) -> None:
+        for path, digest in files_base.items():
+            if is_test_file(path, start, names):
+                learn(path, digest)
+        ran: set[tuple[str, str, str]] = _set()  # (file, class, name) of each test method that ran
+        concrete: set[tuple[str, str]] = _set()  # (file, class) of each class whose own tests ran
+        for t in tests.values():
+            if t["method"] is not None:
+                vouch(t)
+            if t.get("vouched") and _type(t.get("inner")) is code_type:
+                f, q = t["inner"].co_filename, text(t["inner"].co_qualname)
+                cls = q[:str_rfind(q, ".")] if "." in q else ""
+                ran.add((f, cls, t["method_name"]))
+                if cls == text(qualname_of(_type(t["case"]))):
+                    concrete.add((f, cls))
+        if filtered is not False or _type(start) is not str_type:
+            return  # some tests left out on purpose (-k, named tests): nothing to compare with
+        for f, q in _sorted(genuine["quals"]):
+            cls, name = (q[:str_rfind(q, ".")], q[str_rfind(q, ".") + 1:]) if "." in q else ("", q)
+            if (f, cls) in concrete and startswith(name, "test") and (f, cls, name) not in ran \
+                    and (f, "load_tests") not in genuine["quals"]:
+                flag(f"the test {cls}.{name} of {f[_len(cwd) + 1:]} was left out of the run")
 
     def on_test(what: str, t: dict[str, Any], args: tuple[Any, ...]) -> None:
         if what == "begin":
@@ -524,10 +631,12 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
         if delta < 0:
             flag(f"the test result forgot failures it had recorded (in {t['name']})")
         state["recorded"] += delta if delta > 0 else 0
-        ok = t["body"] and t["td"] and delta == 0
-        if t["unrun"]:
+        ok = t["body"] and t["td"] and delta == 0 and t["vouched"]
+        if not t["vouched"]:
+            pass  # its reason was set when the tests loaded
+        elif t["unrun"]:
             t["why"] = "its method returned a generator or coroutine: its body never ran"
-        elif delta == 0 and not ok:
+        elif delta == 0 and not (t["body"] and t["td"]):
             part = "body" if not t["body"] else "tearDown"
             flag(f"unittest counted {t['name']} as passed without its {part} running to its end")
         elif not ok:

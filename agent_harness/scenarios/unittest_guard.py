@@ -67,6 +67,14 @@ FROM_OUTSIDE = frozenset(("sys._getframe", "sys.settrace", "sys.setprofile"))  #
 CARE = ALWAYS | FROM_OUTSIDE | {EVENT, "object.__setattr__", "object.__delattr__", "object.__getattr__", "open",
                                 "os.listdir", "os.scandir"}
 CONTROL = {i: f"\\u{i:04x}" for i in range(32)} | {127: "\\u007f"}
+MAX_GIVEN = 1 << 20  # what the harness sends before the run: the nonce and the task files' digests
+# unittest names a test class's base may override freely (fixtures, settings, class bookkeeping) ...
+FREE_NAMES = frozenset(("setUp", "tearDown", "setUpClass", "tearDownClass", "asyncSetUp", "asyncTearDown",
+                        "__doc__", "__module__", "__qualname__", "__dict__", "__weakref__", "__annotations__",
+                        "__orig_bases__", "__parameters__", "_classSetupFailed", "_class_cleanups"))
+# ... and names of object's that it may not, besides unittest's own
+HOOK_NAMES = frozenset(("__getattribute__", "__getattr__", "__setattr__", "__init__", "__new__", "__call__",
+                        "__init_subclass__", "__class_getitem__"))
 
 
 def py_files(root: str, _scandir: Any = os.scandir, _open: Any = os.open, _read: Any = os.read,
@@ -117,18 +125,21 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
             trusted: tuple[str, ...], cwd: str) -> None:
     """Read the nonce, take the snapshots and install the hook. Called by the runner's `main`, whose
     frame is the only one the hook takes the run's orders (register, run, finish) from."""
-    nonce = b""
-    while len(nonce) < 32:
-        chunk = os.read(nonce_fd, 64)
+    given = b""
+    while len(given) < MAX_GIVEN:
+        chunk = os.read(nonce_fd, 65536)
         if not chunk:
             break
-        nonce += chunk
+        given += chunk
     os.close(nonce_fd)
-    nonce = nonce.strip()
-    if len(nonce) < 16:
+    nonce, _, digests = given.partition(b"\n")
+    if len(nonce.strip()) < 16:
         raise SystemExit("agent-harness unittest runner: no nonce")
-    prefix = nonce + b" "
-    del nonce
+    prefix = nonce.strip() + b" "
+    # sha1 of each file of the task's own (its original .py files, the hidden tests): code compiled
+    # from one of them, unchanged, is the only code the guard vouches for as a test
+    task_digests = frozenset(bytes.fromhex(h) for h in digests.decode("ascii", "replace").split() if len(h) == 40)
+    del given, nonce, chunk
     getframe, get_ident, add_hook = sys._getframe, _thread.get_ident, sys.addaudithook
     write, exit_now = os.write, os._exit
     startswith, str_join, str_split, str_isdigit = str.startswith, str.join, str.split, str.isdigit
@@ -141,7 +152,11 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
     method_func, method_type, code_type = vars(types.MethodType)["__func__"].__get__, types.MethodType, types.CodeType
     read_fd, open_fd, close_fd, compile_, o_rdonly = os.read, os.open, os.close, compile, os.O_RDONLY | os.O_NOFOLLOW
     sha1, max_py_bytes = hashlib.sha1, MAX_PY_BYTES
-    str_replace, str_rfind = str.replace, str.rfind
+    object_type, staticmethod_type, classmethod_type = object, staticmethod, classmethod
+    wrapped_of = {staticmethod: vars(staticmethod)["__func__"].__get__,
+                  classmethod: vars(classmethod)["__func__"].__get__}
+    free_names, hooks_names = FREE_NAMES, HOOK_NAMES
+    str_rfind = str.rfind
     case_dict = vars(unittest.TestCase)["__dict__"].__get__
     _type, _len, _repr, _str, _int, _bool, _abs, _round = type, len, repr, str, int, bool, abs, round
     _list, _tuple, _dict, _set, _sorted, _sum = list, tuple, dict, set, sorted, sum
@@ -233,7 +248,7 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
     busy: set[int] = set()
     tests: dict[int, dict[str, Any]] = {}
     genuine: dict[str, set[Any]] = {"keys": set(), "quals": set()}  # of the test files' own code
-    test_files: list[str] = []
+    task_files: list[str] = []  # the task's own .py files, unchanged
     pending: dict[Any, bool | None] = {}
 
     # ---- the channel ----------------------------------------------------------------------
@@ -508,33 +523,16 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
             _, k, case, method, teardown, name, method_name = args
             tests[k] = {"case": case, "method": method, "teardown": teardown, "name": text(name), "runs": 0,
                         "method_name": text(method_name), "passed": None, "why": "it never ran", "body": False,
-                        "td": False, "unrun": False, "vouched": False}
+                        "td": False, "unrun": False, "counted": False, "vouched": False}
         elif what == "run":
             check(builtins_base, "while the tests loaded")
             check_files("while the tests loaded")
-            if _len(args) == 4:
-                vouch_all(args[1], args[2], args[3])
+            if _len(args) == 2:
+                vouch_all(args[1])
         elif what == "finish":
             finish(args[1] if _len(args) > 1 else None)
 
     # ---- the tests' own code ---------------------------------------------------------------
-    def normal(path: str) -> str:
-        parts: list[str] = []
-        for part in str_split(path if startswith(path, "/") else cwd + "/" + path, "/"):
-            if part == "..":
-                parts = parts[:-1]
-            elif part not in ("", "."):
-                parts.append(part)
-        return "/" + str_join("/", parts)
-
-    def is_test_file(path: str, start: Any, names: Any) -> bool:
-        if _type(start) is str_type:
-            return startswith(path, normal(start) + "/")
-        dotted = str_replace(path[_len(cwd) + 1:-3], "/", ".")
-        return _type(names) is tuple_type and _any(
-            _type(n) is str_type and (n == dotted or startswith(n, dotted + ".") or startswith(dotted, n + "."))
-            for n in names)
-
     def code_key(c: Any) -> tuple[Any, ...]:
         return (c.co_filename, c.co_firstlineno, c.co_qualname, c.co_code)
 
@@ -552,7 +550,7 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
             todo = [compile_(source, path, "exec", dont_inherit=True)]
         except Exc:
             return
-        test_files.append(path)
+        task_files.append(path)
         while todo:
             c = todo.pop()
             genuine["keys"].add(code_key(c))
@@ -563,10 +561,38 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
         name = c.co_filename
         return _type(name) is str_type and (startswith(name, "<frozen ") or _any(startswith(name, p) for p in trusted))
 
+    def vouched_code(c: Any) -> bool:
+        return code_key(c) in genuine["keys"] or trusted_code(c)
+
+    def foreign_override(case: Any) -> str | None:
+        """`Class overrides unittest's name` when a class of the test's that is neither unittest's nor the
+        task's own code replaces a part of unittest's machinery (an assertion, run, __getattribute__...)."""
+        classes = mro_of(_type(case))
+        machinery: set[str] = _set()
+        for c in classes:
+            if startswith(text(module_of(c)), "unittest"):
+                machinery.update(k for k in cls_dict(c) if _type(k) is str_type)
+        for c in classes:
+            if c is object_type or startswith(text(module_of(c)), "unittest"):
+                continue
+            for k, v in _dict(cls_dict(c)).items():
+                if _type(k) is not str_type or k in free_names or (k not in machinery and k not in hooks_names):
+                    continue
+                f = v
+                if _type(f) in (staticmethod_type, classmethod_type):
+                    f = wrapped_of[_type(f)](f)
+                if _type(f) in scalars or (_type(f) is function_type and vouched_code(func_code(f))):
+                    continue
+                return f"{label_of(c)} overrides unittest's {k}"
+        return None
+
     def vouch(t: dict[str, Any]) -> None:
-        """Whether test `t` runs code of the test files, as the test it claims to be: its function (under
-        any stdlib or test-file decorators) was compiled from an unchanged test file, and if it is a
-        method its qualified name is `Class.name` for a class of the test's."""
+        """Sort test `t` out. It *counts* when its function (under any decorators) is code compiled from
+        an unchanged file of the task's own; a test that does not count (the agent's own) still runs and
+        its failures fail the run, but its pass proves nothing. A test that counts is *vouched for* (may
+        pass) when its function is named as the test it runs as (`Class.name` for a class of the test's,
+        or made in a function), its decorators are the standard library's or the task's, and no class of
+        the test's from elsewhere replaces unittest's machinery."""
         fn, chain = t["method"], []
         for _ in _range(10):
             if _type(fn) is method_type:
@@ -576,24 +602,34 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
             chain.append(func_code(fn))
             fn = func_dict(fn).get("__wrapped__")
         if not chain:
-            t["vouched"], t["why"] = False, "its test method is not a function"
+            t["why"] = "not one of the task's own tests (not a function)"
             return
         inner, name = chain[-1], t["method_name"]
         classes = [text(qualname_of(c)) for c in mro_of(_type(t["case"]))]
         own_name = _any(inner.co_qualname == f"{c}.{name}" for c in classes) or "<locals>" in text(inner.co_qualname)
+        replaced = _any((f, f"{c}.{name}") in genuine["quals"] for c in classes for f in task_files)
         t["inner"] = inner
-        if (code_key(inner) in genuine["keys"] or trusted_code(inner)) and own_name and _all(
-                code_key(c) in genuine["keys"] or trusted_code(c) for c in chain[:-1]):
-            t["vouched"] = True
+        if code_key(inner) not in genuine["keys"] or not own_name:
+            if replaced:  # the task's test of that name exists: something else runs in its place
+                t["counted"], t["why"] = True, "another function runs in its place"
+                flag(f"the code under test replaced the test method {t['name']} (it runs "
+                     f"{text(inner.co_qualname)[:60]} of {text(inner.co_filename)[-60:]})")
+            else:
+                t["why"] = f"not one of the task's own tests (its code is in {text(inner.co_filename)[-60:]})"
             return
-        t["vouched"], t["why"] = False, f"it runs code from {text(inner.co_filename)[-80:]}, not from a test file"
-        if _any((f, f"{c}.{name}") in genuine["quals"] for c in classes for f in test_files):
-            flag(f"the code under test replaced the test method {t['name']} (it runs code from "
-                 f"{text(inner.co_filename)[-80:]})")
+        t["counted"] = True
+        override = foreign_override(t["case"])
+        if override:
+            t["why"] = override
+            flag(f"{override} (in {t['name']})")
+        elif not _all(vouched_code(c) for c in chain[:-1]):
+            t["why"] = "it runs under a decorator that is neither the standard library's nor the task's"
+        else:
+            t["vouched"] = True
 
-    def vouch_all(start: Any, names: Any, filtered: Any) -> None:
+    def vouch_all(filtered: Any) -> None:
         for path, digest in files_base.items():
-            if is_test_file(path, start, names):
+            if digest in task_digests:
                 learn(path, digest)
         ran: set[tuple[str, str, str]] = _set()  # (file, class, name) of each test method that ran
         concrete: set[tuple[str, str]] = _set()  # (file, class) of each class whose own tests ran
@@ -606,7 +642,7 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
                 ran.add((f, cls, t["method_name"]))
                 if cls == text(qualname_of(_type(t["case"]))):
                     concrete.add((f, cls))
-        if filtered is not False or _type(start) is not str_type:
+        if filtered is not False:
             return  # some tests left out on purpose (-k, named tests): nothing to compare with
         for f, q in _sorted(genuine["quals"]):
             cls, name = (q[:str_rfind(q, ".")], q[str_rfind(q, ".") + 1:]) if "." in q else ("", q)
@@ -691,11 +727,12 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
             flag(f"{_len(never)} of {_len(tests)} tests never ran although nothing failed (first: {never[0]['name']})")
         if problems < state["recorded"]:
             flag("the test result forgot failures it had recorded")
-        passed = [t for t in tests.values() if t["passed"] is True]
-        not_passed = [f"{t['name']}: {t['why']}" for t in tests.values() if t["passed"] is not True][:5]
-        ok = _len(tests) > 0 and _len(passed) == _len(tests) and not flags and problems == 0 and not state["lost"]
-        send({"report": {"tests": _len(tests), "passed": _len(passed), "not_passed": not_passed,
-                         "flags": _len(flags), **counts}})
+        counted = [t for t in tests.values() if t["counted"]]
+        passed = [t for t in counted if t["passed"] is True]
+        not_passed = [f"{t['name']}: {t['why']}" for t in counted if t["passed"] is not True][:5]
+        ok = _len(counted) > 0 and _len(passed) == _len(counted) and not flags and problems == 0 and not state["lost"]
+        send({"report": {"tests": _len(counted), "passed": _len(passed), "not_passed": not_passed,
+                         "uncounted": _len(tests) - _len(counted), "flags": _len(flags), **counts}})
         exit_now(0 if ok else 1)
 
     # ---- the hook -------------------------------------------------------------------------

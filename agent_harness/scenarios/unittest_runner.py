@@ -156,7 +156,7 @@ def main(_sys: Any = sys, _os: Any = os, _unittest: Any = unittest, _types: Any 
          _getattr: Any = getattr, _setattr: Any = setattr, _hasattr: Any = hasattr, _vars: Any = vars,
          _len: Any = len, _str: Any = str, _list: Any = list, _enumerate: Any = enumerate,
          _copy_with: Any = copy_with, _ev: str = EVENT, _compared: Any = COMPARED,
-         _Exception: Any = Exception, _tuple: Any = tuple, _bool: Any = bool) -> None:
+         _Exception: Any = Exception, _bool: Any = bool) -> None:
     """Install the guard, load the tests, wrap each one, run them and ask the guard to report."""
     report_fd, nonce_fd = int(_sys.argv[1]), int(_sys.argv[2])
     _os.set_inheritable(report_fd, False)
@@ -223,10 +223,8 @@ def main(_sys: Any = sys, _os: Any = os, _unittest: Any = unittest, _types: Any 
         if _getattr(_type(case), "subTest", None) is default_subtest:
             space["subTest"] = lambda *a, _lock=_rlock, **kw: _lock()
         audit(_ev, "register", k, case, method, teardown, _str(case.id())[:150], name)
-    # what the command line chose (parsed before any test file was imported): where the test files are
-    start, names = _getattr(prog, "start", None), _getattr(prog, "testNames", None)
-    audit(_ev, "run", start if _type(start) is _str else None, _tuple(names) if names else None,
-          _bool(prog.testNamePatterns))
+    # whether the command line chose some tests only (-k, or named tests; parsed before any test file loaded)
+    audit(_ev, "run", _bool(prog.testNamePatterns) or _getattr(prog, "testNames", None) is not None)
 
     stream = Writeln(stderr)
     result = TextTestResult(stream, True, prog.verbosity)

@@ -12,10 +12,11 @@ when every test it found ran to its end and passed, and nothing was flagged (uni
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ UNITTEST_GUARD = Path(__file__).with_name("unittest_guard.py")
 UNITTEST_RUNNER = Path(__file__).with_name("unittest_runner.py")
 COUNTS = ("tests_run", "failures", "errors", "skipped", "expected_failures", "unexpected_successes")
 MAX_UNITTEST_REPORT = 64 << 10  # the runner writes a few KiB at most; more is someone else's
+MAX_TASK_FILES = 1400  # digests sent to the runner (41 bytes each: they fit the pipe's 64 KiB)
 
 
 def unittest_args(cmd: list[str]) -> list[str] | None:
@@ -90,12 +92,15 @@ class UnittestChannel:
 
 
 @contextlib.contextmanager
-def unittest_channel() -> Iterator[UnittestChannel]:
-    """The pipes of a unittest run: the nonce is written and its pipe's write end closed up front."""
+def unittest_channel(task_files: Iterable[bytes] = ()) -> Iterator[UnittestChannel]:
+    """The pipes of a unittest run. What the runner reads first is written, and its pipe's write end
+    closed, up front: the nonce, then the sha1 of each of `task_files` (the contents of the task's own
+    Python files and hidden tests: the code the runner may vouch for as tests)."""
     nonce = secrets.token_hex(24)
+    digests = sorted({hashlib.sha1(data).hexdigest() for data in task_files})[:MAX_TASK_FILES]
     nr, nw = os.pipe()
     try:
-        os.write(nw, nonce.encode("ascii"))
+        os.write(nw, f"{nonce}\n{' '.join(digests)}\n".encode("ascii"))  # < 64 KiB: the pipe holds it
     finally:
         os.close(nw)
     r, w = os.pipe()
@@ -153,7 +158,8 @@ def unittest_verdict(data: bytes, nonce: str, exited_ok: bool) -> tuple[bool, st
                     "the test command exited 0 but the test runner never reported")
         return False, "the test runner did not report", ""
     report = reports[0]
-    got = {k: report.get(k) for k in (*COUNTS, "tests", "passed", "flags")} if isinstance(report, dict) else {}
+    got = {k: report.get(k) for k in (*COUNTS, "tests", "passed", "uncounted", "flags")} \
+        if isinstance(report, dict) else {}
     if len(reports) > 1 or not got or any(type(v) is not int or v < 0 for v in got.values()):
         return False, "the test runner's report is malformed", "the test runner's report is malformed"
     n: dict[str, int] = {k: int(v or 0) for k, v in got.items()}
@@ -165,6 +171,9 @@ def unittest_verdict(data: bytes, nonce: str, exited_ok: bool) -> tuple[bool, st
                     if n[k])
     if odd:
         return False, f"{odd} (every test must run and pass)", f"the test run had {odd}"
+    if n["tests"] == 0 and n["uncounted"]:
+        return (False, f"none of the {n['uncounted']} tests that ran is the task's own (tests in files the agent "
+                       "wrote or changed do not count)", "")
     if n["tests"] == 0:
         return False, "no tests ran", "the test runner ran no tests"
     if n["failures"] or n["errors"] or n["passed"] < n["tests"]:

@@ -175,7 +175,8 @@ class CheckState:
         args = verdict.unittest_args(cmd)
         hidden = cast(dict[str, str], c.hidden_files)  # read at load time
         try:
-            with verdict.unittest_channel() as ch:
+            own = [text.encode("utf-8") for rel, text in {**self.task.files, **hidden}.items() if rel.endswith(".py")]
+            with verdict.unittest_channel(own) as ch:
                 run_cmd = verdict.wrap_unittest(cmd, ch) if args is not None else cmd
                 r = self.ws.run_on_copy(run_cmd, hidden, timeout=c.timeout_s,
                                         pass_fds=ch.fds if args is not None else ())

@@ -53,6 +53,10 @@ CLASS_BUILDER = ("B = __import__('bui' + 'ltins')\nNAME = '__build_' + 'class__'
 ONE_FAILS = ("import unittest\n\nimport a\n\n\nclass T(unittest.TestCase):\n"
              "    def test_1(self):\n        self.assertEqual(a.f(), 3)\n\n"
              "    def test_2(self):\n        self.assertEqual(1 + 1, 2)\n")
+NEAR = ("import unittest\n\nimport a\n\n\nclass T(unittest.TestCase):\n    def test_near(self):\n"
+        "        self.assertTrue(abs(a.f() - 3) < 1e-9)\n")
+EXPECTED_DATA = ("import unittest\n\nimport a\n\nEXPECTED = {'a': 1, 'b': 2}\n\n\nclass T(unittest.TestCase):\n"
+                 "    def test_counts(self):\n        self.assertEqual(a.counts(), EXPECTED)\n")
 # what the runner of the past reported when every test passed
 OLD_REPORT = json.dumps({"tests_run": 2, "failures": 0, "errors": 0, "skipped": 0, "expected_failures": 0,
                          "unexpected_successes": 0, "suspicious": []}).encode()
@@ -126,6 +130,19 @@ ROUTES: dict[str, tuple[str, str, str]] = {  # name -> (a.py, the test file, wha
                                "setattr(TESTS, 'unit' + 'test', type(sys)('fake'))\n"
                                "getattr(TESTS, 'unit' + 'test').TestCase = Case\n\n\n" + BUGGY, TESTS,
                                "a.Case overrides unittest's assertEqual"),
+    # a global of the test module's own that shadows a built-in its test uses
+    "shadowed-builtin": (UT + "import sys\n\nTESTS = getattr(sys, 'mod' + 'ules')['test_a']\n"
+                         "setattr(TESTS, 'a' + 'bs', lambda x: 0)\n\n\n" + BUGGY, NEAR,
+                         "added abs to tests/test_a.py"),
+    # the test module's built-ins swapped before its test functions are made: they see a fake abs
+    "shadowed-builtins": (UT + "import sys\n\nTESTS = getattr(sys, 'mod' + 'ules')['test_a']\n"
+                          "FAKE = dict(vars(__import__('bui' + 'ltins')))\nFAKE['a' + 'bs'] = lambda x: 0\n"
+                          "setattr(TESTS, '__bui' + 'ltins__', FAKE)\n\n\n" + BUGGY, NEAR,
+                          "sees built-ins of someone else's making"),
+    # the test module's expected value rebound while the function it tests runs
+    "expected-rebound": ("import sys\n\n\ndef counts():\n"
+                         "    setattr(getattr(sys, 'mod' + 'ules')['test_a'], 'EXPECTED', {'a': 1, 'b': 1})\n"
+                         "    return {'a': 1, 'b': 1}\n", EXPECTED_DATA, "changed EXPECTED of tests/test_a.py"),
 }
 
 

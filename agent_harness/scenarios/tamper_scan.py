@@ -11,7 +11,7 @@ and flags, as suspicious, a use of one of them that the task's original file did
   `_Outcome`), frames (`_getframe`, `_current_frames`, `f_back`, `f_globals`, `f_locals`, `f_code`,
   `tb_frame`, `gi_frame`, `cr_frame`, `ag_frame`, `currentframe`, `getouterframes`,
   `getinnerframes`, `walk_stack`, `walk_tb`), function internals (`__code__`, `__closure__`,
-  `cell_contents`), `ctypes`, `settrace`, `setprofile`, `addaudithook`, `get_objects`,
+  `__globals__`, `cell_contents`), `ctypes`, `settrace`, `setprofile`, `addaudithook`, `get_objects`,
   `get_referrers`, `get_referents`, `_exit`, `builtins`, `__builtins__`, `__build_class__`,
   `setitimer`, `raise_signal`, `Bdb`;
 - `sys.modules`, `inspect.stack`, `inspect.trace`, `signal.signal`, `import gc` and `import bdb`;
@@ -35,7 +35,8 @@ NAMES = frozenset((
     "unittest", "_ShouldStop", "SkipTest", "skipTest", "_Outcome",
     "_getframe", "_current_frames", "f_back", "f_globals", "f_locals", "f_code", "tb_frame", "gi_frame", "cr_frame",
     "ag_frame", "currentframe", "getouterframes", "getinnerframes", "walk_stack", "walk_tb",
-    "__code__", "__closure__", "cell_contents", "ctypes", "_ctypes", "settrace", "setprofile", "addaudithook",
+    "__code__", "__closure__", "__globals__", "cell_contents", "ctypes", "_ctypes", "settrace", "setprofile",
+    "addaudithook",
     "get_objects", "get_referrers", "get_referents", "_exit", "builtins", "__builtins__", "__build_class__",
     "setitimer", "raise_signal", "Bdb",
 ))

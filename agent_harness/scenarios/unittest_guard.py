@@ -20,6 +20,7 @@ import builtins
 import collections
 import datetime
 import decimal
+import dis
 import hashlib
 import inspect
 import logging
@@ -149,6 +150,7 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
     module_of = type.__dict__["__module__"].__get__  # C types keep it in their name, not their dict
     mod_dict = vars(types.ModuleType)["__dict__"].__get__
     func_code, func_dict = vars(types.FunctionType)["__code__"].__get__, vars(types.FunctionType)["__dict__"].__get__
+    func_builtins, builtins_space = vars(types.FunctionType)["__builtins__"].__get__, vars(builtins)
     method_func, method_type, code_type = vars(types.MethodType)["__func__"].__get__, types.MethodType, types.CodeType
     read_fd, open_fd, close_fd, compile_, o_rdonly = os.read, os.open, os.close, compile, os.O_RDONLY | os.O_NOFOLLOW
     sha1, max_py_bytes = hashlib.sha1, MAX_PY_BYTES
@@ -156,6 +158,12 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
     wrapped_of = {staticmethod: vars(staticmethod)["__func__"].__get__,
                   classmethod: vars(classmethod)["__func__"].__get__}
     free_names, hooks_names = FREE_NAMES, HOOK_NAMES
+    endswith = str.endswith
+    store_ops = frozenset(dis.opmap[n] for n in ("STORE_NAME", "STORE_GLOBAL", "DELETE_NAME", "DELETE_GLOBAL"))
+    global_ops = frozenset(dis.opmap[n] for n in ("STORE_GLOBAL", "DELETE_GLOBAL"))
+    op_extended, op_star = dis.opmap["EXTENDED_ARG"], dis.opmap.get("IMPORT_STAR", -1)
+    dynamic_names = frozenset(("globals", "vars", "setattr", "delattr", "exec", "eval", "__dict__", "modules",
+                               "__import__", "import_module"))
     str_rfind = str.rfind
     case_dict = vars(unittest.TestCase)["__dict__"].__get__
     _type, _len, _repr, _str, _int, _bool, _abs, _round = type, len, repr, str, int, bool, abs, round
@@ -249,6 +257,8 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
     tests: dict[int, dict[str, Any]] = {}
     genuine: dict[str, set[Any]] = {"keys": set(), "quals": set()}  # of the test files' own code
     task_files: list[str] = []  # the task's own .py files, unchanged
+    module_codes: dict[str, Any] = {}  # path -> the code of that file
+    spaces: list[tuple[str, Any, set[str]]] = []  # (path, namespace, the names its functions rebind)
     pending: dict[Any, bool | None] = {}
 
     # ---- the channel ----------------------------------------------------------------------
@@ -551,6 +561,7 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
         except Exc:
             return
         task_files.append(path)
+        module_codes[path] = todo[0]
         while todo:
             c = todo.pop()
             genuine["keys"].add(code_key(c))
@@ -600,6 +611,8 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
             if _type(fn) is not function_type:
                 break
             chain.append(func_code(fn))
+            if func_builtins(fn) is not builtins_space:
+                flag(f"the test function of {t['name']} sees built-ins of someone else's making")
             fn = func_dict(fn).get("__wrapped__")
         if not chain:
             t["why"] = "not one of the task's own tests (not a function)"
@@ -642,6 +655,7 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
                 ran.add((f, cls, t["method_name"]))
                 if cls == text(qualname_of(_type(t["case"]))):
                     concrete.add((f, cls))
+        watch_spaces({t["inner"].co_filename for t in tests.values() if t["counted"] and "inner" in t})
         if filtered is not False:
             return  # some tests left out on purpose (-k, named tests): nothing to compare with
         for f, q in _sorted(genuine["quals"]):
@@ -650,6 +664,66 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
                     and (f, "load_tests") not in genuine["quals"]:
                 flag(f"the test {cls}.{name} of {f[_len(cwd) + 1:]} was left out of the run")
 
+    # ---- the namespaces of the task's own modules (its tests' globals) ----------------------
+    def stored_names(code: Any) -> tuple[set[str], set[str], bool]:
+        """The names a module's code binds (at its top level, and `global` ones in its functions), those
+        its functions bind, and whether it may bind others (a star import, globals(), setattr, exec...)."""
+        out: set[str] = _set()
+        in_functions: set[str] = _set()
+        dynamic = False
+        todo = [(code, True)]
+        while todo:
+            c, top = todo.pop()
+            names, raw, ext = c.co_names, c.co_code, 0
+            dynamic = dynamic or _any(n in dynamic_names for n in names)
+            for i in _range(0, _len(raw) - 1, 2):
+                op, arg = raw[i], raw[i + 1] | ext
+                ext = (arg << 8) if op == op_extended else 0
+                if op == op_star:
+                    dynamic = True
+                elif (op in store_ops and (top or op in global_ops)) and arg < _len(names):
+                    out.add(names[arg])
+                    if not top:
+                        in_functions.add(names[arg])
+            todo += [(k, False) for k in c.co_consts if _type(k) is code_type]
+        return out, in_functions, dynamic
+
+    def watch_spaces(hosts: set[str]) -> None:
+        """Keep the namespaces of the modules that hold the tests' code (the tests' globals), and flag a
+        name in one that its own code never binds (a shadowed built-in), unless it binds names
+        dynamically. Names its functions rebind (`global`) are left out of the later checks."""
+        for name, m in _sorted((k, v) for k, v in _dict(modules).items() if _type(k) is str_type):
+            if _type(m) is not module_type:
+                continue
+            space = mod_dict(m)
+            path = space.get("__file__")
+            if _type(path) is not str_type or path not in hosts or path not in module_codes:
+                continue
+            bound, rebinds, dynamic = stored_names(module_codes[path])
+            spaces.append((path, space, rebinds))
+            if dynamic:
+                continue
+            for k, v in _dict(space).items():
+                if _type(k) is str_type and k not in bound and not (startswith(k, "__") and endswith(k, "__")) \
+                        and not unittest_own(name, k, v):
+                    flag(f"the code under test added {k} to {path[_len(cwd) + 1:]}")
+
+    def spaces_now() -> list[dict[str, Any]]:
+        return [{k: v for k, v in _dict(space).items() if _type(k) is str_type} for _p, space, _b in spaces]
+
+    def check_spaces(base: list[dict[str, Any]], when: str) -> None:
+        """Flag a name of a test module rebound (or removed, or added) since `base` (spaces_now then)."""
+        for (path, space, rebinds), before in _zip(spaces, base):
+            now = _dict(space)
+            changed = [k for k, v in before.items() if now.get(k, empty) is not v and k not in rebinds] + \
+                      [k for k in now if _type(k) is str_type and k not in before and k not in rebinds]
+            # dunders are the import system's and warnings' (__warningregistry__), but for __builtins__
+            for k in [k for k in changed if k == "__builtins__" or not (startswith(k, "__") and endswith(k, "__"))]:
+                item = f"changed {k} of {path[_len(cwd) + 1:]}"
+                if item not in tampered:
+                    tampered.add(item)
+                    flag(f"the code under test {item} ({when})")
+
     def on_test(what: str, t: dict[str, Any], args: tuple[Any, ...]) -> None:
         if what == "begin":
             if state["current"] is not None:
@@ -657,6 +731,7 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
             state["current"] = t
             t.update(runs=t["runs"] + 1, body=False, td=t["teardown"] is None, unrun=False)
             state["builtins_test"] = _dict(mod_dict(builtins_module))
+            state["spaces_test"] = spaces_now()
             return
         if state["current"] is not t:
             flag(f"{t['name']} ended without having started")
@@ -664,6 +739,7 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
         state["current"] = None
         delta = args[2] if _len(args) > 2 and _type(args[2]) is _int else 0
         check(state["builtins_test"], f"in {t['name']}")
+        check_spaces(state["spaces_test"], f"in {t['name']}")
         if delta < 0:
             flag(f"the test result forgot failures it had recorded (in {t['name']})")
         state["recorded"] += delta if delta > 0 else 0
@@ -703,10 +779,12 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
                 return None  # a test body called from elsewhere proves nothing for the test that runs
             if what == "body":
                 state["builtins_body"] = _dict(mod_dict(builtins_module))
+                state["spaces_body"] = spaces_now()
             elif what == "unrun":
                 t["unrun"] = True
             else:
                 check(state["builtins_body"], f"in the body of {t['name']}", deep=False)
+                check_spaces(state["spaces_body"], f"in the body of {t['name']}")
                 t["body"] = True
         elif what == "td_end":
             t = registered(fr, td_code, "_t", "teardown")

@@ -18,6 +18,7 @@ import array
 import bdb
 import builtins
 import collections
+import contextlib
 import datetime
 import decimal
 import dis
@@ -29,6 +30,7 @@ import sys
 import traceback
 import types
 import unittest
+import unittest.mock
 from typing import Any
 
 EVENT = "agent_harness.unittest"
@@ -189,6 +191,11 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
     main_frame = getframe(1)
     # code objects are compared by id (they are all kept alive): hashing one hashes its constants
     own_ids, shim_ids = frozenset(id(c) for c in own), frozenset(id(c) for c in shim_codes)
+    wrapper_codes_kept = code_objects(*(getattr(k, n) for k in (unittest.mock._patch, unittest.mock._patch_dict)
+                                        for n in ("decorate_callable", "decorate_async_callable")),
+                                      unittest.case.skip, contextlib.ContextDecorator.__call__,
+                                      contextlib.AsyncContextDecorator.__call__)
+    wrapper_ids = frozenset(id(c) for c in wrapper_codes_kept)
     leakers = frozenset(id(c) for c in leaker_codes)
     empty = object()  # an empty closure cell
 
@@ -226,12 +233,16 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
         return copy, inside
 
     def unittest_spaces() -> list[tuple[str, Any, Any]]:
-        """(label, object, its namespace) of every unittest module and every class defined in them."""
+        """(label, object, its namespace) of every unittest module and every class defined in them: the
+        last answer while the same modules are there (a class added to one is a change check() sees)."""
+        found = _sorted((k, v) for k, v in _dict(modules).items()
+                        if _type(k) is str_type and (k == "unittest" or startswith(k, "unittest.")))
+        key = _tuple((k, _id(v)) for k, v in found)
+        if spaces_cache and spaces_cache[0] == key:
+            return spaces_cache[1]
         out: list[tuple[str, Any, Any]] = []
         package = mod_dict(unittest_module)
-        for name, m in _sorted((k, v) for k, v in _dict(modules).items() if _type(k) is str_type):
-            if name != "unittest" and not startswith(name, "unittest."):
-                continue
+        for name, m in found:
             if _type(m) is not module_type:
                 out.append((name, m, {}))
                 continue
@@ -242,8 +253,10 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
                         and text(qualname_of(v)) == k:
                     public = k in package and package[k] is v  # unittest.TestCase rather than unittest.case.TestCase
                     out.append((f"unittest.{k}" if public else f"{name}.{k}", v, cls_dict(v)))
+        spaces_cache[:] = [key, out]
         return out
 
+    spaces_cache: list[Any] = []
     unittest_base = {label: (obj, *watch(label, space)) for label, obj, space in unittest_spaces()}
     builtins_base = _dict(mod_dict(builtins_module))
     files_base = hash_files(cwd)
@@ -252,7 +265,7 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
     tampered: set[str] = set()  # what check() found, each told once
     state: dict[str, Any] = {"current": None, "lost": False, "recorded": 0, "builtins_test": builtins_base,
                              "builtins_body": builtins_base,
-                             "alive": (own, shim_codes, leaker_codes)}  # so that no id above is ever reused
+                             "alive": (own, shim_codes, leaker_codes, wrapper_codes_kept)}  # no id above is reused
     busy: set[int] = set()
     tests: dict[int, dict[str, Any]] = {}
     genuine: dict[str, set[Any]] = {"keys": set(), "quals": set()}  # of the test files' own code
@@ -568,12 +581,13 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
             genuine["quals"].add((c.co_filename, c.co_qualname))
             todo += [k for k in c.co_consts if _type(k) is code_type]
 
-    def trusted_code(c: Any) -> bool:
-        name = c.co_filename
-        return _type(name) is str_type and (startswith(name, "<frozen ") or _any(startswith(name, p) for p in trusted))
+    def task_code(c: Any) -> bool:
+        return code_key(c) in genuine["keys"]
 
-    def vouched_code(c: Any) -> bool:
-        return code_key(c) in genuine["keys"] or trusted_code(c)
+    def decorator_code(c: Any) -> bool:
+        """A wrapper a decorator made: one of the standard library's (mock.patch, skip, a context
+        decorator), kept by identity, or a function the task's own code makes inside another."""
+        return _id(c) in wrapper_ids or (task_code(c) and "<locals>" in text(c.co_qualname))
 
     def foreign_override(case: Any) -> str | None:
         """`Class overrides unittest's name` when a class of the test's that is neither unittest's nor the
@@ -592,7 +606,7 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
                 f = v
                 if _type(f) in (staticmethod_type, classmethod_type):
                     f = wrapped_of[_type(f)](f)
-                if _type(f) in scalars or (_type(f) is function_type and vouched_code(func_code(f))):
+                if _type(f) in scalars or (_type(f) is function_type and task_code(func_code(f))):
                     continue
                 return f"{label_of(c)} overrides unittest's {k}"
         return None
@@ -635,8 +649,13 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
         if override:
             t["why"] = override
             flag(f"{override} (in {t['name']})")
-        elif not _all(vouched_code(c) for c in chain[:-1]):
-            t["why"] = "it runs under a decorator that is neither the standard library's nor the task's"
+        elif not _all(decorator_code(c) for c in chain[:-1]):
+            odd = [c for c in chain[:-1] if not decorator_code(c)][0]
+            t["why"] = (f"it runs under {text(odd.co_qualname)[:60]} of {text(odd.co_filename)[-60:]}, "
+                        "not a decorator of the standard library's or of the task's")
+            if not startswith(text(odd.co_filename), cwd + "/"):  # no honest code dresses that up as a decorator
+                flag(f"the test method {t['name']} runs under {text(odd.co_qualname)[:60]} of "
+                     f"{text(odd.co_filename)[-60:]}, dressed up as its decorator")
         else:
             t["vouched"] = True
 
@@ -649,7 +668,7 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
         for t in tests.values():
             if t["method"] is not None:
                 vouch(t)
-            if t.get("vouched") and _type(t.get("inner")) is code_type:
+            if t["counted"] and _type(t.get("inner")) is code_type:  # ran as itself, vouched for or not
                 f, q = t["inner"].co_filename, text(t["inner"].co_qualname)
                 cls = q[:str_rfind(q, ".")] if "." in q else ""
                 ran.add((f, cls, t["method_name"]))

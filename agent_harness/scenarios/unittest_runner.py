@@ -3,60 +3,75 @@
 this file (verdict.runner_source). `-P -s` keep the workspace and the user's site folder off
 sys.path until the runner puts the workspace there, after unittest is imported and the guard is in.
 
-The code under test runs in this process, so nothing it can reach may decide the verdict:
+The code under test runs in this process, so nothing it can reach may decide the verdict. Design
+(why: an audit hook is the one thing in a CPython process that its code cannot remove, and a
+positive observation made there cannot be forged by making something else fail to happen):
 
 - **An audit hook is the observer** (unittest_guard.py). Before anything of the workspace is
-  imported, the runner reads a secret nonce from NONCE_FD (then closed) and installs a
-  `sys.addaudithook` hook, which nothing in the process can remove. The hook keeps the nonce, the
-  expected tests, what it saw of each and its snapshots in its own closure, reachable only through
-  `gc`, frames or `ctypes`, whose use it flags. Every line it writes on REPORT_FD starts with the
-  nonce, so a line written by anything else (a forged report) fails the run as suspicious
-  (verdict.py); a flag is written the moment it is raised and the final report counts them, so
-  what is flagged cannot be taken back.
+  imported, the runner reads from NONCE_FD (then closed) a secret nonce and the sha1 of the task's
+  own Python files (its original files and the hidden tests), and installs a `sys.addaudithook`
+  hook. The hook keeps all it knows in its own closure, reachable only through `gc`, frames or
+  `ctypes`, whose use it flags, and reads no name that a module's namespace could rebind. Every
+  line it writes on REPORT_FD starts with the nonce, so a line written by anything else (a forged
+  report) fails the run as suspicious (verdict.py); a flag is written the moment it is raised and
+  the final report counts them, so a flag cannot be taken back or kept from the harness.
 - **A test passes only if its body returned.** The runner loads the suite with unittest's own
   TestProgram, then puts in each test *instance*'s dict a wrapper of its test method and of its
   tearDown that raises an audit event once the wrapped call has returned, and a `run` that raises
   one before and after the test. The hook accepts these events only from those wrappers' frames
-  (their code objects, with the arguments it registered), and counts a test as passed only when,
+  (their code objects, with the arguments it registered) and counts a test as passed only when,
   between its start and its end, its body and its tearDown returned and unittest's result recorded
-  nothing against it. So an exception unittest treats as a clean stop (`_ShouldStop`), `SkipTest`
-  or any other exception raised by the code under test, a patched runner, result or outcome, or a
-  test left out of the run can at most fail a test; a test unittest counts as a success whose body
-  did not return is flagged. `subTest` is replaced, per instance, by a plain context manager, so a
-  failing subtest ends its test's body. A test method that returns a generator or a coroutine (its
+  nothing against it. An exception unittest treats as a clean stop (`_ShouldStop`), `SkipTest` or
+  any other exception from the code under test, a patched runner, result or outcome, or a test
+  left out of the run, can at most fail a test; a test unittest counts as a success whose body did
+  not return is flagged. `subTest` is replaced, per instance, by a plain context manager, so a
+  failing subtest ends its test's body; a test method that returns a generator or coroutine (its
   body never ran) does not pass.
+- **Only the task's tests count, as themselves.** The hook compiles the task's own files that are
+  still unchanged and counts a test only if its function (under any decorators) is that code. A
+  test counted is vouched for only if its function is named as the test it runs as, its decorators
+  are the standard library's or the task's, no class of its from elsewhere overrides unittest's
+  machinery (a look-alike TestCase), and its built-ins are the interpreter's; a task test whose
+  function was swapped, or left out of its class, is flagged. Tests in files the agent wrote run,
+  and their failures fail the run, but their passes prove nothing; a run needs a test of the
+  task's own.
 - **Assertions cannot be bent.** The comparison assertions (assertEqual and its kin, assertIn's
   member and a plain container, assertTrue/False, and their deprecated aliases) are replaced, on
-  TestCase and bound per test instance, by shims that have no closure and read no global name.
-  The shim asks the hook first: the hook checks that each operand is plain data by exact type
-  (None, bool, int, float, complex, str, bytes, range, list, tuple, dict, set, frozenset and the C
-  value types of datetime and decimal; for assertTrue/False any object of a C type, whose
-  `__bool__` no one can replace) and computes the comparison itself. An operand that is not plain
+  TestCase and bound per test instance, by shims that have no closure and read no global name. The
+  shim asks the hook first: the hook checks that each operand is plain data by exact type (None,
+  bool, int, float, complex, str, bytes, range, list, tuple, dict, set, frozenset and the C value
+  types of datetime and decimal; for assertTrue/False also an object whose truth C code decides from
+  its own data: a C type without `__bool__`/`__len__`, a deque, array, bytearray, memoryview or dict
+  view, but not a weakref proxy) and computes the comparison itself. An operand that is not plain
   data fails the test and is flagged; if unittest's assertion then returns although the hook's
   comparison does not hold (unittest was changed), the test fails and is flagged. A comparison
   written in the test's own code (``assertTrue(a == b)``, a bare ``assert``) is not seen.
-- **Tamper checks at every step.** Every `unittest` and `unittest.*` module and every class defined
-  in them (key sets, values, functions' defaults and closure cells), and the built-ins, are compared
-  with their snapshots after loading, at each test's start and end, at each body's start and end
-  (the built-ins against what setUp left, so a test's own mock.patch is fine) and at the end; the
-  workspace's `.py` files are hashed before anything runs and compared after loading and at the
-  end. Changing a plain scalar setting (``TestCase.maxDiff = None``) is allowed. The hook flags at
-  once: setting any function's `__code__`, a unittest function's defaults, a unittest class's
-  `__bases__` or a test object's `__class__`; `gc.get_objects/get_referrers/get_referents`,
-  `sys._current_frames`, `sys.settrace/setprofile`, another audit hook, any `ctypes` event; a
-  frame obtained (`sys._getframe`, `tb_frame`, `gi_frame`, ...) by code outside the standard
-  library, or through inspect's, traceback's or logging's frame helpers called from such code;
-  opening or listing /proc/<self>/mem, fd, environ, maps, ... or /dev/fd. The runner's functions
-  take every name they use after loading from their default arguments or locals, so nothing set in
-  this module's namespace (`sys.modules['__main__']`) changes them.
+- **Tamper checks at every step.** Every `unittest` and `unittest.*` module and class (key sets,
+  values, functions' keyword defaults and closure cells), the built-ins, and the namespaces of the
+  modules holding the tests (a name their code never binds is flagged after loading; a rebound one
+  at each body's and test's end) are compared with snapshots after loading, at each test's end and
+  each body's end (the built-ins and test modules against the body's and test's start, so a test's
+  own mock.patch is fine) and at the end; the workspace's `.py` files are hashed before anything
+  runs and compared after loading and at the end. Changing a plain scalar setting
+  (``TestCase.maxDiff = None``) is allowed. The hook flags at once: setting a unittest function's
+  or the runner's `__code__` or defaults (or any function's `__code__` from outside the standard
+  library), a unittest class's `__bases__` or a test object's `__class__`; `gc.get_objects/
+  get_referrers/get_referents`, `sys._current_frames`, another audit hook, any `ctypes` event;
+  a frame obtained (`sys._getframe`, `tb_frame`, `gi_frame`, ...), `sys.settrace` or
+  `sys.setprofile` called by code outside the standard library, or through inspect's, traceback's,
+  logging's or bdb's frame helpers called from such code; opening or listing /proc/<self>/mem, fd,
+  environ, maps, ... or /dev/fd.
 
 Out of scope (in-process code can always find a way; the harness's static scan of the agent's
 diff, tamper_scan.py, flags the usual spellings of these): frames obtained through a route CPython
 does not audit (a signal handler's frame argument, stdlib code that calls `sys._getframe` as a
-callback it was given); a patch of unittest's loader or of `builtins.__build_class__` made and undone
-while the test files load (it can hide a test); a patch of an assertion that is not compared here
-(assertRaises, assertIsInstance, ...) made and undone within one test; errors in cleanups and in
-class or module fixtures, which only unittest's result records.
+callback it was given, a mock's side effect); a whole test class removed, or a test module's data
+rewritten, while the test files load (a patch of unittest's loader or of `builtins.__build_class__`
+made and undone then); an in-place change of a test module's data while a test runs; a patch made
+and undone within one test of what the hook does not compare itself (assertRaises,
+assertIsInstance, a class's `__getattribute__`, ...); errors in cleanups and class or module
+fixtures, which only unittest's result records; code that crafts a hash collision to run inside
+the hook; stdlib-named code made with `marshal`.
 """
 
 from __future__ import annotations

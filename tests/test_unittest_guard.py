@@ -534,10 +534,10 @@ def test_unittest_verdict(data: bytes, exited_ok: bool, passes: bool, why: str, 
 
 
 def test_the_guard_reads_no_name_the_code_under_test_could_rebind() -> None:
-    """The hook and every helper it calls, the assertion shims and the per-test wrappers read no global
-    or built-in name (a module's namespace is the code under test's to change), and the wrappers and
-    shims have no closure cell (a cell's contents can be swapped); `main` reads none once the guard
-    is installed."""
+    """The hook and every helper it calls (its closures and the value checks), the assertion shims and
+    the per-test wrappers read no global or built-in name (a module's namespace is the code under
+    test's to change), and the wrappers and shims have no closure cell (a cell's contents can be
+    swapped); `main` reads none once the guard is installed."""
     import dis
     import unittest
 
@@ -557,6 +557,9 @@ def test_the_guard_reads_no_name_the_code_under_test_could_rebind() -> None:
     # the functions defined in install (its comprehensions run once, while it installs)
     nested = [c for c in space["install"].__code__.co_consts if hasattr(c, "co_code") and not c.co_name.startswith("<")]
     assert len(nested) > 20 and not [x for c in nested for x in loads(c, glob)]
+    values = [space[n] for n in ("value_label", "value_truthful", "value_not_plain", "value_count_equal",
+                                 "value_own_equality", "value_holds")]
+    assert not [x for f in values for x in loads(f.__code__, glob)]
     closure = glob | {"LOAD_DEREF", "LOAD_CLASSDEREF", "LOAD_CLOSURE"}
     shims = space["make_shims"]({"assertEqual": unittest.TestCase.assertEqual,
                                  "assertAlmostEqual": unittest.TestCase.assertAlmostEqual})

@@ -1,5 +1,5 @@
 """The audit hook of the scorer's unittest runner: the observer that decides, out of reach of the
-code under test. It travels as the first part of the runner's `-c` source (verdict.runner_source);
+code under test. It travels in the runner's `-c` source after unittest_values.py (verdict.runner_source);
 unittest_runner.py's docstring gives the design.
 
 `install` is one closure by design (hence its length): the hook and every helper it calls keep
@@ -14,13 +14,9 @@ descriptors), so no method of theirs runs while the hook is busy (when its own e
 from __future__ import annotations
 
 import _thread
-import array
 import bdb
 import builtins
-import collections
 import contextlib
-import datetime
-import decimal
 import dis
 import hashlib
 import inspect
@@ -31,36 +27,16 @@ import traceback
 import types
 import unittest
 import unittest.mock
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # unittest_values.py comes first in the runner's source
+    from .unittest_values import COMPARED, CONTAINERS, value_holds, value_label, value_not_plain
 
 EVENT = "agent_harness.unittest"
-MAX_DEPTH = 100
-MAX_NODES = 1_000_000
-MAX_FLAGS = 20
-MAX_PY_FILES = 2000
+MAX_PY_FILES = 10000  # the workspace quota allows 10,000 files and folders
 MAX_PY_BYTES = 1 << 20
-IMMUTABLE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: a C type whose methods cannot be replaced
-_LEAVES = (type(None), bool, int, float, complex, str, bytes, range, datetime.date, datetime.datetime,
-           datetime.time, datetime.timedelta, datetime.timezone, decimal.Decimal)
-# Only C types: the pure-Python fallbacks of datetime and decimal could be patched.
-LEAVES = frozenset(t for t in _LEAVES if t.__flags__ & IMMUTABLE)
-CONTAINERS = frozenset((list, tuple, set, frozenset, dict))
-# C types whose truth comes from their own C data, whatever they hold (weakref.proxy or
-# MappingProxyType, also C types, ask a Python object and are not among them)
-SIZED = frozenset((collections.deque, array.array, bytearray, memoryview, type({}.keys()), type({}.values()),
-                   type({}.items())))
+MAX_FLAGS = 20
 SCALARS = frozenset((type(None), bool, int, float, str))  # settings such as maxDiff: changing them is allowed
-# assertion -> positions (after self) of the operands that must be plain data, and the comparison
-COMPARED: dict[str, tuple[tuple[int, ...], str]] = {
-    **{name: ((0, 1), "eq") for name in ("assertEqual", "assertListEqual", "assertTupleEqual", "assertDictEqual",
-                                         "assertSetEqual", "assertMultiLineEqual")},
-    "assertSequenceEqual": ((0, 1), "seq"),  # equal item by item, whatever the two sequence types
-    "assertNotEqual": ((0, 1), "ne"), "assertAlmostEqual": ((0, 1), "almost"),
-    "assertNotAlmostEqual": ((0, 1), "not_almost"), "assertCountEqual": ((0, 1), "count"),
-    "assertGreater": ((0, 1), "gt"), "assertGreaterEqual": ((0, 1), "ge"), "assertLess": ((0, 1), "lt"),
-    "assertLessEqual": ((0, 1), "le"), "assertTrue": ((0,), "true"), "assertFalse": ((0,), "false"),
-    "assertIn": ((0,), "in"), "assertNotIn": ((0,), "not_in"),
-}
 FRAME_ATTRS = frozenset(("tb_frame", "gi_frame", "cr_frame", "ag_frame"))
 PROC_SECRETS = frozenset(("mem", "fd", "fdinfo", "environ", "cmdline", "maps", "smaps", "pagemap", "task",
                           "map_files", "auxv", "stack", "syscall"))
@@ -167,19 +143,18 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
     dynamic_names = frozenset(("globals", "vars", "setattr", "delattr", "exec", "eval", "__dict__", "modules",
                                "__import__", "import_module"))
     str_rfind = str.rfind
-    case_dict = vars(unittest.TestCase)["__dict__"].__get__
     _type, _len, _repr, _str, _int, _bool, _abs, _round = type, len, repr, str, int, bool, abs, round
     _list, _tuple, _dict, _set, _sorted, _sum = list, tuple, dict, set, sorted, sum
     _zip, _range, _any, _all = zip, range, any, all
     function_type, tuple_type, str_type, bytes_type, dict_type, module_type, type_type = (
         types.FunctionType, tuple, str, bytes, dict, types.ModuleType, type)
-    Exc, AssertionError_, TypeError_ = BaseException, AssertionError, TypeError
+    Exc, AssertionError_ = BaseException, AssertionError
     ValueError_, OSError_ = ValueError, OSError
-    leaves, containers, sized, scalars, compared, control = LEAVES, CONTAINERS, SIZED, SCALARS, COMPARED, CONTROL
-    numbers = frozenset((int, float))
+    scalars, compared, control, containers = SCALARS, COMPARED, CONTROL, CONTAINERS
+    not_plain, holds, label_of = value_not_plain, value_holds, value_label
     _id = id
     frame_attrs, proc_secrets, always, from_outside_events, care = FRAME_ATTRS, PROC_SECRETS, ALWAYS, FROM_OUTSIDE, CARE
-    max_flags, max_nodes, max_depth, immutable, ev = MAX_FLAGS, MAX_NODES, MAX_DEPTH, IMMUTABLE, EVENT
+    max_flags, ev = MAX_FLAGS, EVENT
     hash_files, builtins_module, modules = py_files, builtins, sys.modules
     body_code, abody_code = wrapper_codes["body"], wrapper_codes["abody"]
     run_code, td_code = wrapper_codes["run"], wrapper_codes["td"]
@@ -328,14 +303,6 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
     def is_class(v: Any) -> bool:
         return has(mro_of(_type(v)), type_type)
 
-    def label_of(v: Any) -> str:
-        """`module.name` of a function or class, else `a module.Class object`."""
-        if _type(v) is function_type:
-            return f"{text(v.__module__)}.{text(v.__qualname__)}"
-        cls = v if is_class(v) else _type(v)
-        name = f"{text(module_of(cls))}.{text(qualname_of(cls))}"
-        return name if is_class(v) else f"a {name} object"
-
     def is_ut_class(c: Any) -> bool:
         if not is_class(c):
             return False
@@ -408,102 +375,7 @@ def install(report_fd: int, nonce_fd: int, own: set[Any], shim_codes: set[Any], 
         for p in [p for p, h in files_base.items() if now.get(p) != h][:3]:
             flag(f"the code under test changed or removed {p[_len(cwd) + 1:] if startswith(p, cwd) else p} ({when})")
 
-    # ---- plain data, and the hook's own comparison ------------------------------------------
-    def not_plain(value: Any, truth: bool) -> str | None:
-        count = 0
-        todo = [(value, 0)]
-        while todo:
-            v, depth = todo.pop()
-            count += 1
-            if count > max_nodes or depth > max_depth:
-                return f"a value too large or too deep to check (over {max_nodes} parts or {max_depth} levels)"
-            t = _type(v)
-            if _type(t) is type_type and (t in leaves or (truth and depth == 0 and truthful(t))):
-                continue
-            if _type(t) is not type_type or t not in containers:
-                return label_of(v)[:120]
-            items = [x for kv in v.items() for x in kv] if t is dict_type else v
-            todo += [(x, depth + 1) for x in items]
-        return None
-
-    def truthful(t: Any) -> bool:
-        """Whether the truth of a `t` object is decided by C code on its own data: a C type (its methods
-        cannot be replaced) that has no `__bool__` or `__len__` (always true), or one of SIZED."""
-        if not t.__flags__ & immutable:
-            return False
-        return t in sized or not _any("__bool__" in cls_dict(k) or "__len__" in cls_dict(k) for k in mro_of(t))
-
-    def count_equal(a: Any, b: Any) -> bool:
-        a, b = _list(a), _list(b)
-        if _len(a) != _len(b):
-            return False
-        try:
-            ca: dict[Any, int] = {}
-            cb: dict[Any, int] = {}
-            for x in a:
-                ca[x] = ca.get(x, 0) + 1
-            for x in b:
-                cb[x] = cb.get(x, 0) + 1
-            return ca == cb
-        except TypeError_:
-            rest = _list(b)
-            for x in a:
-                for i in _range(_len(rest)):
-                    if rest[i] == x:
-                        del rest[i]
-                        break
-                else:
-                    return False
-            return not rest
-
-    def own_equality(case: Any, t: Any) -> bool:
-        """Whether the test registered an equality function of its own for type `t`."""
-        try:
-            funcs = case_dict(case).get("_type_equality_funcs")
-        except TypeError_:
-            return False
-        if _type(funcs) is not dict_type:
-            return False
-        return _any(k is t and _type(f) is not str_type for k, f in funcs.items())
-
-    def holds(kind: str, values: tuple[Any, ...], case: Any) -> bool | None:
-        """The hook's own verdict on a comparison of plain data; None: leave it to unittest."""
-        a: Any = values[0]
-        b: Any = values[1] if _len(values) > 1 else None
-        try:
-            if kind == "eq":
-                return None if _type(a) is _type(b) and own_equality(case, _type(a)) else a == b
-            if kind == "seq":
-                if a == b:
-                    return True
-                if _len(a) != _len(b):
-                    return False
-                return _all(a[i] == b[i] for i in _range(_len(a)))
-            if kind == "ne":
-                return a != b
-            if kind in ("almost", "not_almost"):
-                places, delta = values[2], values[4]
-                if not (places is None or _type(places) is _int) or not (delta is None or _type(delta) in numbers):
-                    return None
-                if a == b:
-                    near = True
-                elif delta is not None:
-                    near = _abs(a - b) <= delta
-                else:
-                    near = _round(_abs(b - a), 7 if places is None else places) == 0
-                return near if kind == "almost" else (a != b and not near)
-            if kind == "count":
-                return count_equal(a, b)
-            if kind in ("gt", "ge", "lt", "le"):
-                return a > b if kind == "gt" else a >= b if kind == "ge" else a < b if kind == "lt" else a <= b
-            if kind in ("true", "false"):
-                return _bool(a) is (kind == "true")
-            if kind in ("in", "not_in") and _type(b) in containers and not not_plain(b, False):
-                return (a in b) is (kind == "in")
-        except Exc:
-            return None
-        return None
-
+    # ---- assertions --------------------------------------------------------------------------
     def on_assert(fr: Any, args: tuple[Any, ...]) -> BaseException | None:
         name, values, case = args[1], args[2], args[3]
         if _type(name) is not str_type or name not in compared or _type(values) is not tuple_type:

@@ -1,7 +1,8 @@
 """The scorer's `python3 -m unittest ARGS`, run by the sandbox's python3 as
-``python3 -P -s -c SOURCE REPORT_FD NONCE_FD ARGS``, where SOURCE is unittest_guard.py followed by
-this file (verdict.runner_source). `-P -s` keep the workspace and the user's site folder off
-sys.path until the runner puts the workspace there, after unittest is imported and the guard is in.
+``python3 -P -s -c SOURCE REPORT_FD NONCE_FD ARGS``, where SOURCE is unittest_values.py and
+unittest_guard.py followed by this file (verdict.runner_source). `-P -s` keep the workspace and the
+user's site folder off sys.path until the runner puts the workspace there, after unittest is
+imported and the guard is in.
 
 The code under test runs in this process, so nothing it can reach may decide the verdict. Design
 (why: an audit hook is the one thing in a CPython process that its code cannot remove, and a
@@ -30,8 +31,9 @@ positive observation made there cannot be forged by making something else fail t
 - **Only the task's tests count, as themselves.** The hook compiles the task's own files that are
   still unchanged and counts a test only if its function (under any decorators) is that code. A
   test counted is vouched for only if its function is named as the test it runs as, its decorators
-  are the standard library's or the task's, no class of its from elsewhere overrides unittest's
-  machinery (a look-alike TestCase), and its built-ins are the interpreter's; a task test whose
+  are the standard library's known ones (mock.patch, skip, context decorators, by identity) or
+  functions the task's code makes, no class of its overrides unittest's machinery with code that is
+  not the task's (a look-alike TestCase), and its built-ins are the interpreter's; a task test whose
   function was swapped, or left out of its class, is flagged. Tests in files the agent wrote run,
   and their failures fail the run, but their passes prove nothing; a run needs a test of the
   task's own.
@@ -86,8 +88,9 @@ import unittest.runner
 import warnings
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # defined by unittest_guard.py, which comes first in the runner's source
-    from .unittest_guard import COMPARED, EVENT, code_objects, install, py_files
+if TYPE_CHECKING:  # defined by unittest_values.py and unittest_guard.py, which come first in the source
+    from .unittest_guard import EVENT, code_objects, install, py_files
+    from .unittest_values import COMPARED
 
 
 def make_shims(originals: dict[str, Any]) -> dict[str, Any]:

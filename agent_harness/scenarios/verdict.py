@@ -23,9 +23,8 @@ from typing import Any
 
 MAX_REPORT = 4096
 
-# The scorer's unittest runner: the guard (the audit hook) then the runner, one `-c` source.
-UNITTEST_GUARD = Path(__file__).with_name("unittest_guard.py")
-UNITTEST_RUNNER = Path(__file__).with_name("unittest_runner.py")
+# The scorer's unittest runner: the value checks, the guard (the audit hook), the runner: one `-c` source.
+UNITTEST_SOURCES = [Path(__file__).with_name(f"unittest_{n}.py") for n in ("values", "guard", "runner")]
 COUNTS = ("tests_run", "failures", "errors", "skipped", "expected_failures", "unexpected_successes")
 MAX_UNITTEST_REPORT = 64 << 10  # the runner writes a few KiB at most; more is someone else's
 MAX_TASK_FILES = 1400  # digests sent to the runner (41 bytes each: they fit the pipe's 64 KiB)
@@ -39,9 +38,11 @@ def unittest_args(cmd: list[str]) -> list[str] | None:
 
 
 def runner_source() -> str:
-    """The `-c` source of the unittest runner: unittest_guard.py, then unittest_runner.py."""
-    runner = UNITTEST_RUNNER.read_text(encoding="utf-8").replace("from __future__ import annotations\n", "", 1)
-    return UNITTEST_GUARD.read_text(encoding="utf-8") + "\n\n" + runner
+    """The `-c` source of the unittest runner: unittest_values.py, unittest_guard.py, then
+    unittest_runner.py (one `from __future__` line, at the top)."""
+    parts = [p.read_text(encoding="utf-8") for p in UNITTEST_SOURCES]
+    future = "from __future__ import annotations\n"
+    return "\n\n".join([parts[0], *(p.replace(future, "", 1) for p in parts[1:])])
 
 
 def wrap_unittest(cmd: list[str], ch: UnittestChannel) -> list[str]:

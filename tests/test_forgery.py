@@ -332,16 +332,15 @@ def test_unittest_runs_pass_only_when_every_test_ran_and_passed(tmp_path: Path, 
     from agent_harness.scenarios.yaml_scenario import YamlScenario
     from agent_harness.workspace import Workspace
 
-    (tmp_path / "tiny").mkdir()
-    (tmp_path / "tiny" / "scenario.yaml").write_text(TINY)
+    source, passes, reason = RUNS[name]
+    (tmp_path / "tiny").mkdir()  # the test file is the task's (a test file the agent wrote does not count)
+    (tmp_path / "tiny" / "scenario.yaml").write_text(TINY.replace('"import unittest\\n"', json.dumps(source)))
     sc = YamlScenario(tmp_path / "tiny" / "scenario.yaml")
     [task] = sc.load_tasks(TaskQuery())
-    source, passes, reason = RUNS[name]
     ws = Workspace.create(task.files, test_cmd=task.test_cmd)
     try:
         (Path(ws.root) / "a.py").write_text("x = 1\n\n\nclass Yes:\n    def __eq__(self, o):\n        return True\n"
                                             "\n    def __bool__(self):\n        return True\n")
-        (Path(ws.root) / "tests/test_a.py").write_text(source)
         res = sc.score(task, ws, [])
     finally:
         ws.cleanup()

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, cast
 from .. import safefs
 from ..errors import ConfigError, ScoreError
 from ..types import ScoreResult, Task
-from . import verdict
+from . import tamper_scan, verdict
 from .yaml_schema import (
     AnyFileContains,
     ChangedOutside,
@@ -166,16 +166,20 @@ class CheckState:
     def _check_tests_pass(self, c: TestsPass) -> tuple[bool, str]:
         """Run the tests on a fresh copy of the workspace with the hidden files added: nothing the
         agent's code does while the tests run can reach the workspace or make the harness write
-        anywhere else. A unittest command reports on a private pipe what ran, and passes only when
-        every test ran and passed (skips, expected failures and a run of no tests fail)."""
+        anywhere else. A unittest command runs under the guarded runner (unittest_runner.py), which
+        reports on a private pipe; it passes only when every test ran to its end and passed (skips,
+        expected failures and a run of no tests fail), and the agent's changed code under test shows
+        no sign of tampering with the run (tamper_scan.py)."""
         cmd = c.cmd or self.task.test_cmd
         assert cmd is not None
-        checked = verdict.unittest_args(cmd) is not None
+        args = verdict.unittest_args(cmd)
+        hidden = cast(dict[str, str], c.hidden_files)  # read at load time
         try:
-            with verdict.channel() as (fd, got):
-                run_cmd = verdict.wrap_unittest(cmd, fd) if checked else cmd
-                r = self.ws.run_on_copy(run_cmd, cast(dict[str, str], c.hidden_files),  # read at load time
-                                          timeout=c.timeout_s, pass_fds=(fd,))
+            own = [text.encode("utf-8") for rel, text in {**self.task.files, **hidden}.items() if rel.endswith(".py")]
+            with verdict.unittest_channel(own) as ch:
+                run_cmd = verdict.wrap_unittest(cmd, ch) if args is not None else cmd
+                r = self.ws.run_on_copy(run_cmd, hidden, timeout=c.timeout_s,
+                                        pass_fds=ch.fds if args is not None else ())
         except ConfigError as e:  # e.g. the agent put a folder where a hidden file goes
             return False, f"hidden tests not placed: {e}"
         from ..tools import strip_timings  # "Ran 3 tests in 0.006s" would make scores differ run to run
@@ -183,9 +187,14 @@ class CheckState:
         out = strip_timings(r.stdout + r.stderr)[-3000:]
         status = "timed out" if r.timed_out else f"exit {r.returncode}"
         note = f"$ {shlex.join(cmd)}  ({status})\n{out}"
-        if not checked:
+        if args is None:
             return r.ok, note
-        passed, why, suspicious = verdict.unittest_verdict(verdict.parse_report(got[0]), r.ok)
+        passed, why, suspicious = verdict.unittest_verdict(ch.data, ch.nonce, r.ok)
+        scanned = tamper_scan.suspicious_changes(self.changes, self.current, self.task.files,
+                                                 tamper_scan.test_files(args, hidden))
+        if scanned:
+            passed, why = False, "; ".join([why, *scanned] if why else scanned)
+            suspicious = "; ".join([suspicious, *scanned] if suspicious else scanned)
         if suspicious:
             self.suspicious.append(suspicious)
         return passed, note if passed else f"{why}\n{note}"

@@ -20,6 +20,8 @@ import numpy as np
 import pandas as pd
 
 from agent_harness.metrics import aggregate_pass_at_k, bootstrap_interval, wilson_interval
+from agent_harness.safewrite import Folder
+from agent_harness.text import md_inline
 from agent_harness.trace import TraceFrames
 
 from ._common import Section, parser, passed, prepare, write_section
@@ -255,7 +257,7 @@ def pass_vs_steps(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=cols)
 
 
-def analyze(frames: TraceFrames, out: Path, n_boot: int = 2000) -> Section:
+def analyze(frames: TraceFrames, out: Folder | Path, n_boot: int = 2000) -> Section:
     """Every table and plot of the comparison, as one section."""
     runs, steps = with_protocol(frames.runs), frames.steps
     several = several_protocols(runs)
@@ -269,7 +271,7 @@ def analyze(frames: TraceFrames, out: Path, n_boot: int = 2000) -> Section:
 
     sec = Section("Model comparison", text=[
         f"{len(runs)} complete episodes of {runs['model'].nunique()} model(s), tool-calling protocol(s) "
-        f"{', '.join(sorted(runs['protocol'].unique()))}, on "
+        f"{', '.join(md_inline(p) for p in sorted(runs['protocol'].unique()))}, on "
         f"{runs.groupby(['scenario', 'label', 'task_id']).ngroups} scenario × label × task combination(s).",
         "pass@1 is the share of passing episodes, with a 95 % Wilson score interval over episodes. "
         "pass@k (k ≤ samples per task) is the unbiased estimator of Chen et al. averaged over tasks, with a "

@@ -54,11 +54,14 @@ def _parts(rel: str | os.PathLike[str]) -> list[str]:
     return parts
 
 
-def _refuse(dir_fd: int, name: str, shown: Path, what: str = "a folder") -> UnsafePath:
+def _refuse(dir_fd: int, name: str, shown: Path, error: OSError, what: str = "a folder") -> UnsafePath:
+    """Why `name` in `dir_fd` cannot be used: what was planted there, or the system's reason."""
     try:
         found = kind(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
-    except OSError as e:
-        found = e.strerror or "unusable"
+    except OSError:
+        found = None
+    if found is None or found == what:
+        return UnsafePath(f"{shown}: cannot use as {what} of the harness's output ({error.strerror or error})")
     return UnsafePath(f"{shown}: {found} where {what} of the harness's output belongs; not followed "
                       "(remove it, or write elsewhere)")
 
@@ -89,14 +92,14 @@ def open_folder(root: str | os.PathLike[str], rel: str | os.PathLike[str] = "", 
                 if not create:
                     os.close(fd)
                     return None
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(part, 0o755, dir_fd=fd)
                 try:
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(part, 0o755, dir_fd=fd)
                     sub = os.open(part, _DIR, dir_fd=fd)
-                except OSError:
-                    raise _refuse(fd, part, shown) from None
-            except OSError:
-                raise _refuse(fd, part, shown) from None
+                except OSError as e:
+                    raise _refuse(fd, part, shown, e) from None
+            except OSError as e:
+                raise _refuse(fd, part, shown, e) from None
             os.close(fd)
             fd = sub
     except BaseException:
@@ -136,8 +139,8 @@ def write_at(dir_fd: int, name: str, content: Content, mode: int = FILE_MODE, sh
                 content(f)
         try:
             os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        except IsADirectoryError:
-            raise _refuse(dir_fd, name, shown or Path(name), "a file") from None
+        except IsADirectoryError as e:
+            raise _refuse(dir_fd, name, shown or Path(name), e, "a file") from None
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp, dir_fd=dir_fd)

@@ -24,6 +24,7 @@ from agent_harness.trace import TraceFrames, load_traces  # noqa: E402
 from agent_harness.trace_io import report_skipped  # noqa: E402
 
 MAX_LABEL = 80  # characters of a name shown in a plot (tables have it whole)
+MAX_LEGEND = 20  # names coloured apart in one plot; the rest share one colour
 MAX_FIGURE_INCHES = 120.0  # at 90 dpi, within matplotlib's 2**16-pixel limit whatever the number of models
 
 
@@ -162,6 +163,16 @@ def _shorten_labels(fig: matplotlib.figure.Figure) -> None:
             fmt = axis.get_major_formatter()
             if isinstance(fmt, FixedFormatter | FuncFormatter | StrCategoryFormatter):  # not numbers
                 axis.set_major_formatter(FuncFormatter(lambda x, pos, f=fmt: _short(f(x, pos))))
+
+
+def legend_groups(values: np.ndarray, limit: int = MAX_LEGEND) -> np.ndarray:
+    """`values` (names, one per point) with all but the `limit` most frequent merged into one group, so that a
+    plot coloured by name draws at most `limit` + 1 series and legend entries however many names there are."""
+    counts = pd.Series(values).value_counts(sort=True)
+    if len(counts) <= limit:
+        return values
+    rest = f"({len(counts) - limit} others)"
+    return np.where(pd.Series(values).isin(set(counts.index[:limit])).to_numpy(), values, rest)
 
 
 def colors(names: Sequence[str]) -> dict[str, tuple[float, ...]]:

@@ -21,6 +21,7 @@ from agent_harness.trace import TraceFrames
 from ._common import (
     Section,
     colors,
+    legend_groups,
     mean_vectors,
     no_embeddings_note,
     parser,
@@ -281,6 +282,7 @@ def plot_features(feats: pd.DataFrame, runs: pd.DataFrame, out: Folder | Path) -
     outcome = np.where(passed(runs), "pass", "fail")
     for ax, (title, values) in zip(axes, (("label", runs["label"].to_numpy()), ("pass/fail", outcome)),
                                    strict=True):
+        values = legend_groups(values)
         names = sorted(set(values))
         col = {"pass": "tab:green", "fail": "tab:red"} if title == "pass/fail" else colors(names)
         for name in names:

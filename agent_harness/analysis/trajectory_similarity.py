@@ -22,6 +22,7 @@ from agent_harness.trace import TraceFrames
 from ._common import (
     Section,
     colors,
+    legend_groups,
     mean_vectors,
     no_embeddings_note,
     parser,
@@ -42,6 +43,7 @@ WEIGHTINGS: dict[str, dict[str, float] | None] = {
 }
 MAX_POINTS = 5000  # plotted, and the most a t-SNE map is fitted on
 MAX_QUERIES = 20_000  # episodes whose nearest other-model neighbour is looked up
+MAX_MODELS = 40  # similarity tables and heatmap: the models with the most episodes (pairs grow with the square)
 
 
 def trajectory_vectors(frames: TraceFrames, weighting: str = "uniform") -> tuple[pd.DataFrame, np.ndarray]:
@@ -163,6 +165,7 @@ def plot_projection(runs: pd.DataFrame, xy: np.ndarray, method: str, out: Folder
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
     for ax, (title, values) in zip(axes, (("model", runs["model"].to_numpy()), ("pass/fail", outcome),
                                           ("label", runs["label"].to_numpy())), strict=True):
+        values = legend_groups(values)
         names = sorted(set(values))
         col = {"pass": "tab:green", "fail": "tab:red"} if title == "pass/fail" else colors(names)
         for name in names:
@@ -194,7 +197,11 @@ def analyze(frames: TraceFrames, out: Folder | Path, weighting: str = "uniform",
         "the other models; the share whose neighbour has the same pass/fail, against the share expected from "
         "a random neighbour (chance), and the share whose neighbour is on the same task.",
     ]
-    long, matrix = similarity(runs, vecs)
+    top = runs["model"].value_counts(sort=True).index[:MAX_MODELS]
+    if (n_models := runs["model"].nunique()) > MAX_MODELS:
+        sec.caps.append(f"{n_models} models: the similarity tables and heatmap cover the {MAX_MODELS} with the "
+                        "most episodes.")
+    long, matrix = similarity(runs[runs["model"].isin(top)], vecs)
     sec.tables += [("similarity_matrix", "Mean same-task cosine between models", matrix.reset_index()),
                    ("similarity_by_group", "Same-task vs other-task cosine per scenario × label", long)]
     if runs["model"].nunique() > 1:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -124,6 +125,7 @@ def test_a_run_replaces_planted_files_and_its_summary_covers_its_episode(tmp_pat
     mine = out / "oracle" / "humanevalfix" / "gold" / "run_Python-0__s0.json"
     plant(mine, "link", outside)
     plant(out / "summary.json", "hardlink", outside)
+    plant(out / "runs.jsonl", "hardlink", outside)  # appended to, not replaced: refused, the run goes on
     plant(out / "oracle" / "humanevalfix" / "gold" / ".run_Python-0__s0.json.stale.tmp", "link", outside)
     os.symlink(outside, out / "other-model")  # not one of the run's folders: left alone, not read
     r = run(out)
@@ -133,6 +135,7 @@ def test_a_run_replaces_planted_files_and_its_summary_covers_its_episode(tmp_pat
     summary = json.loads((out / "summary.json").read_text())
     assert summary["oracle"]["humanevalfix"]["n_episodes"] == 1
     assert os.lstat(out / "summary.json").st_nlink == 1
+    assert re.search(r"runs.jsonl: not written \(a file with \d names \(a hard link\)", r.stderr), r.stderr
     assert not list((out / "oracle" / "humanevalfix" / "gold").glob(".*.tmp"))  # the stale link removed
 
 

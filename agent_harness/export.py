@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
+import os
+import tempfile
 from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import safefs, safewrite
 from .errors import ConfigError, HarnessError
 from .secrets import redact, redact_value
+from .text import md_inline
 from .trace_check import check_trace
 from .trace_io import Unreadable, parse_json, read_json, read_json_lines, report_skipped, skip_line, trace_files
 from .trace_model import STEP_FIELDS, Outcome, Trace
@@ -198,8 +202,9 @@ def _run_records(traces: Path, skipped: list[str]) -> list[dict[str, Any]]:
     return [rec for _, rec in lines if isinstance(rec, dict)]
 
 
-def _md(value: Any) -> str:
-    return str(value).replace("|", "\\|").replace("\n", " ")
+def _json_block(value: Any, **kw: Any) -> str:
+    """JSON for a fenced code block: ASCII only, so no string in it holds a line ending of any kind."""
+    return json.dumps(value, ensure_ascii=True, sort_keys=True, **kw)
 
 
 def dataset_card(rows: list[dict[str, Any]], skipped: list[str], traces: Path, shards: int) -> str:
@@ -210,7 +215,7 @@ def dataset_card(rows: list[dict[str, Any]], skipped: list[str], traces: Path, s
         "---", "configs:", "- config_name: default", "  data_files:", "  - split: train",
         f"    path: {DATA_DIR}/train-*.parquet", "tags:", "- agent-traces", "- agent-harness", "---", "",
         "# agent-harness traces", "",
-        f"{len(rows)} episodes exported from `{traces.name or traces}` by `agent-harness export` "
+        f"{len(rows)} episodes exported from {md_inline(traces.name or traces)} by `agent-harness export` "
         f"({shards} parquet shard(s), one row per episode; `steps` is a list of structs, step embeddings "
         "are float32 lists; JSON-string columns hold the parts whose shape varies).", "",
         "```python", "import datasets", 'ds = datasets.load_dataset("parquet", data_dir="<this folder>")["train"]',
@@ -226,32 +231,34 @@ def dataset_card(rows: list[dict[str, Any]], skipped: list[str], traces: Path, s
         k = sum(bool(r["passed"]) for r in rs)
         lo, hi = wilson_interval(k, len(rs))
         comp = [r["compromised"] for r in rs if r["compromised"] is not None]
-        lines.append(f"| {' | '.join(_md(x) for x in key)} | {len(rs)} | {k / len(rs):.3f} | {lo:.2f}–{hi:.2f} | "
+        lines.append(f"| {' | '.join(md_inline(x) for x in key)} | {len(rs)} | {k / len(rs):.3f} | {lo:.2f}–{hi:.2f} | "
                      f"{(f'{sum(comp) / len(comp):.3f}') if comp else '-'} |")
     summary = _read_json(traces / "summary.json", skipped)
     if isinstance(summary, dict):
         lines += ["", "`summary.json` of the run (per model and scenario; pass@1 averaged over tasks):", "",
-                  "```json", json.dumps(summary, indent=1, sort_keys=True)[:20_000], "```"]
+                  "```json", _json_block(summary, indent=1)[:20_000], "```"]
     lines += ["", "## Run configuration", ""]
     by_model: dict[str, dict[str, Any]] = {}
     for r in rows:
         by_model.setdefault(r["model"] or "?", r)
     for name, r in sorted(by_model.items()):
-        lines += [f"### {_md(name)}", "", f"- backend: {r['backend']} (requested {r['backend_requested']}), "
-                  f"device {r['device']}, hf_id {r['model_hf_id']}",
-                  f"- harness_version: {r['harness_version']}, sandbox: {r['sandbox']}, "
-                  f"embeddings: {r['embedding_model'] or 'none'}",
-                  f"- generation: `{r['generation']}`", f"- agent: `{r['agent']}`",
-                  f"- model details: `{r['model_details']}`", ""]
+        v = {k: md_inline(r[k]) for k in ("backend", "backend_requested", "device", "model_hf_id", "harness_version",
+                                           "sandbox", "generation", "agent", "model_details")}
+        lines += [f"### {md_inline(name)}", "", f"- backend: {v['backend']} (requested {v['backend_requested']}), "
+                  f"device {v['device']}, hf_id {v['model_hf_id']}",
+                  f"- harness_version: {v['harness_version']}, sandbox: {v['sandbox']}, "
+                  f"embeddings: {md_inline(r['embedding_model'] or 'none')}",
+                  f"- generation: {v['generation']}", f"- agent: {v['agent']}",
+                  f"- model details: {v['model_details']}", ""]
     runs = _run_records(traces, skipped)
     if runs:
-        lines += ["Runs (`runs.jsonl`):", "", "```json", *(json.dumps(x, sort_keys=True) for x in runs[-50:]), "```",
-                  ""]
+        lines += ["Runs (`runs.jsonl`):", "", "```json", *(_json_block(x) for x in runs[-50:]), "```", ""]
     exits = Counter(r["exit_reason"] for r in rows)
-    lines += ["## Contents", "", f"- exit reasons: {dict(sorted(exits.items(), key=lambda kv: str(kv[0])))}",
-              f"- scenarios: {sorted({r['scenario'] for r in rows if r['scenario']})}",
+    exit_text = ", ".join(f"{md_inline(k)}: {n}" for k, n in sorted(exits.items(), key=lambda kv: str(kv[0])))
+    lines += ["## Contents", "", f"- exit reasons: {exit_text}",
+              f"- scenarios: {', '.join(md_inline(s) for s in sorted({r['scenario'] for r in rows if r['scenario']}))}",
               f"- skipped files: {len(skipped)}"]
-    lines += [f"  - {_md(s)}" for s in skipped[:50]]
+    lines += [f"  - {md_inline(s)}" for s in skipped[:50]]
     return "\n".join(lines) + "\n"
 
 
@@ -262,7 +269,7 @@ def export(traces: Path, to: Path, rows_per_shard: int = ROWS_PER_SHARD) -> tupl
 
     if not traces.is_dir():
         raise ConfigError(f"{traces}: traces folder not found")
-    if to.exists() and (not to.is_dir() or any(to.iterdir())):
+    if os.path.lexists(to) and (to.is_symlink() or not to.is_dir() or any(to.iterdir())):
         raise ConfigError(f"{to}: exists and is not an empty folder (choose a new --to)")
     rows, skipped = read_episodes(traces)
     if not rows:
@@ -271,22 +278,27 @@ def export(traces: Path, to: Path, rows_per_shard: int = ROWS_PER_SHARD) -> tupl
         raise ConfigError(f"{traces}: no readable run_*.json traces{why}")
     rows.sort(key=lambda r: (r["model"] or "", r["scenario"] or "", r["label"] or "", r["task_index"] or 0,
                              r["task_id"] or "", r["sample"]))
-    tmp = to.with_name(f".{to.name}.partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    (tmp / DATA_DIR).mkdir(parents=True)
+    to.parent.mkdir(parents=True, exist_ok=True)  # the folder the user named, as given
+    tmp = Path(tempfile.mkdtemp(prefix=f".{to.name}.partial-", dir=to.parent))  # new: nothing planted in it
     try:
+        os.chmod(tmp, 0o755)  # a dataset folder, readable like the ones `mkdir` makes
         sch = schema()
         n = math.ceil(len(rows) / rows_per_shard)
+        data = safewrite.Folder(tmp, DATA_DIR).create()
         for k in range(n):
             part = rows[k * rows_per_shard:(k + 1) * rows_per_shard]
-            pq.write_table(pa.Table.from_pylist(part, schema=sch), tmp / DATA_DIR / f"train-{k:05d}-of-{n:05d}.parquet")
-        (tmp / "README.md").write_text(redact(dataset_card(rows, skipped, traces, n)), encoding="utf-8")
+            table = pa.Table.from_pylist(part, schema=sch)
+            data.write(f"train-{k:05d}-of-{n:05d}.parquet", partial(pq.write_table, table))
+        safewrite.Folder(tmp).write("README.md", redact(dataset_card(rows, skipped, traces, n)).encode("utf-8"))
         report_skipped(skipped, "file(s)")  # the card lists them too
-        if to.exists():
-            to.rmdir()
-        tmp.rename(to)
+        try:
+            if os.path.isdir(to) and not os.path.islink(to):
+                os.rmdir(to)  # the empty folder checked above (rmdir refuses one that filled since)
+            os.rename(tmp, to)  # never follows a link at `to`; refuses a file or a folder that filled meanwhile
+        except OSError as e:
+            raise ConfigError(f"{to}: {e.strerror} (it changed during the export; choose a new --to)") from None
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        safefs.remove_tree(tmp)
         raise
     return len(rows), n
 

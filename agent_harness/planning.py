@@ -3,6 +3,9 @@ them `--resume` still has to run."""
 
 from __future__ import annotations
 
+import contextlib
+import fnmatch
+import os
 import sys
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -10,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from . import safewrite
 from .errors import ConfigError
 from .fingerprint import episode_fingerprint, run_config
 from .registry import ModelSpec
@@ -167,11 +171,26 @@ def model_jobs(cfg: RunConfig, spec: ModelSpec, planned: list[Job]) -> list[Job]
                                        slugs[(j.scenario, j.task.label)][j.task.id], j.sample),
                     fingerprint=episode_fingerprint(run_cfg[j.strategy], j.scenario_name, j.task, j.sample))
             for j in planned]
-    for d in {j.path.parent for j in jobs}:  # temp files of a killed run's last write
-        for stale in d.glob(".run_*.tmp") if d.is_dir() else ():
-            if stale.is_symlink() or not stale.is_dir():  # a folder so named is not ours to remove
-                stale.unlink(missing_ok=True)
+    for d in sorted({j.path.parent.relative_to(cfg.out) for j in jobs}):
+        _remove_stale(cfg.out, d)
     return jobs
+
+
+def _remove_stale(out: Path, rel: Path) -> None:
+    """Refuse (one line, exit 2) a link or non-folder where the folder `rel` of `out` goes, before any work,
+    so that no trace of the run lands outside `out`; remove temp files of a killed run's last write."""
+    fd = safewrite.open_folder(out, rel, create=False) if os.path.lexists(out) else None
+    if fd is None:
+        return
+    try:
+        with os.scandir(fd) as entries:
+            stale = [e.name for e in entries if fnmatch.fnmatchcase(e.name, ".run_*.tmp")
+                     and not e.is_dir(follow_symlinks=False)]  # a folder so named is not ours to remove
+        for name in stale:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name, dir_fd=fd)
+    finally:
+        os.close(fd)
 
 
 def pending_jobs(cfg: RunConfig, jobs: list[Job], counts: Counter[str]) -> list[Job]:
@@ -186,7 +205,7 @@ def pending_jobs(cfg: RunConfig, jobs: list[Job], counts: Counter[str]) -> list[
         counts[status] += 1
         if status == "reuse":
             continue
-        if status in ("changed", "run") and set_aside(j.path):
+        if status in ("changed", "run") and set_aside(j.path, cfg.out):
             counts["set_aside"] += 1
         pending.append(j)
     return pending

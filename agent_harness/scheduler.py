@@ -230,11 +230,11 @@ class ModelRun:
     def _save(self, live: Live) -> None:
         try:
             live.sync()
-            write_json_atomic(live.job.path, live.trace.to_json())
+            write_json_atomic(live.job.path, live.trace.to_json(), self.cfg.out)
         except Exception as e:
             self._fault(live, "writing the trace", e)
             try:  # the outcome alone, in case a step is what broke the write
-                write_json_atomic(live.job.path, {**live.trace.to_json(), "steps": []})
+                write_json_atomic(live.job.path, {**live.trace.to_json(), "steps": []}, self.cfg.out)
             except Exception:
                 log.error("%s %s: the trace cannot be written to %s", self.spec.name, live.job.task.id, live.job.path)
 

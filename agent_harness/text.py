@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -61,6 +62,21 @@ def printable(s: str, multiline: bool = False) -> str:
     Newlines and tabs are escaped too, unless `multiline` (where a multi-line print is intended)."""
     return s.translate(_MULTILINE if multiline else _ESCAPES)
 
+
+
+# Markdown: what can start markup inside a line (code, emphasis, links, images, tables, math, escapes).
+_MD_SPECIAL = {ord(c): "\\" + c for c in "\\`*_[]|~$"} | {ord("&"): "&amp;", ord("<"): "&lt;", ord(">"): "&gt;"}
+_MD_LEADING = re.compile(r"^(\d{1,9}(?=[.)](?:[ \t]|$))|(?=[#=+-]+(?:[ \t]|$)))")  # "1. ", "# ", "- ", "---"
+
+
+def md_inline(value: object) -> str:
+    """`value` as inline Markdown text that shows as written: no line ending of any kind (line breaks,
+    \\r, \\v, \\f, \\x1c-\\x1e, NEL, U+2028/9 and every other control character are shown as escapes,
+    see `printable`), no HTML (& < > as entities), and the characters that open code, emphasis, links,
+    images, table cells or math escaped. The one helper for every trace-provided string that a generated
+    document (analysis .md files, the dataset card) contains."""
+    text = printable(str(value)).translate(_MD_SPECIAL)
+    return _MD_LEADING.sub(r"\1\\", text, count=1)  # a list item or heading, were it to start a line
 
 
 _STREAM = {c: e for c, e in _MULTILINE.items() if c != 0x0D}  # \r kept: library progress bars redraw with it

@@ -15,12 +15,12 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from . import safewrite
 from .trace_check import SCHEMA_PATH, check_trace, validate_trace
 from .trace_frames import RUN_COLUMNS, STEP_COLUMNS, TraceFrames, load_traces, reread
 from .trace_io import MAX_TRACE_BYTES, Unreadable, encode_json, parse_json, read_path, skip_line
@@ -59,19 +59,14 @@ def trace_path(out: Path, model: str, scenario: str, label: str, slug: str, samp
     return Path(out) / model / scenario / label / f"run_{slug}__s{sample}.json"
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
+def write_json_atomic(path: Path, data: Any, root: Path | None = None) -> None:
     """Write JSON so that a crash at any moment leaves either the old or the new file; what is written
-    is always what the safe reader takes (`trace_io.encode_json`)."""
+    is always what the safe reader takes (`trace_io.encode_json`). Below `root` (the folder the user
+    named; default: the file's own folder) no link is followed and nothing planted is written through
+    (`safewrite`): a link or non-folder in the way raises `UnsafePath`."""
     raw = encode_json(data)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(raw)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    base = Path(root) if root is not None else path.parent
+    safewrite.write_file(base, path.relative_to(base), raw, mode=0o600)
 
 
 @cache
@@ -132,12 +127,13 @@ def read_trace(path: Path, doing: str = "") -> dict[str, Any] | None:
         return None
 
 
-def set_aside(path: Path) -> Path | None:
+def set_aside(path: Path, root: Path | None = None) -> Path | None:
     """Keep the complete trace at `path` out of the way of a new episode: renamed to
     `<name>.superseded-<its fingerprint>` (not `run_*.json`, so no loader reads it as this run's).
 
     Returns where it went, or None when `path` holds no complete trace (nothing there, unreadable,
-    or unfinished: a killed run's partial trace is redone, as `--resume` does).
+    or unfinished: a killed run's partial trace is redone, as `--resume` does). Below `root` no link is
+    followed (`safewrite.rename_in`).
     """
     data = read_trace(path, "replacing")
     if data is None or not data["outcome"].get("completed"):
@@ -146,8 +142,9 @@ def set_aside(path: Path) -> Path | None:
     tag = _UNSAFE.sub("-", fingerprint["hash"][:12]) if isinstance(fingerprint, dict) else "unfingerprinted"
     dest = path.with_name(f"{path.name}.superseded-{tag}")
     n = 1
-    while dest.exists():
+    while os.path.lexists(dest):
         n += 1
         dest = path.with_name(f"{path.name}.superseded-{tag}-{n}")
-    path.rename(dest)
+    base = Path(root) if root is not None else path.parent
+    safewrite.rename_in(base, str(path.parent.relative_to(base)), path.name, dest.name)
     return dest

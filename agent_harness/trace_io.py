@@ -72,8 +72,9 @@ def _refuse_mode(mode: int) -> None:
 
 
 def open_append(path: str | os.PathLike[str]) -> int:
-    """A blocking fd appending to the regular file `path` (created if missing). A FIFO, device or
-    symlink planted there raises OSError at once instead of blocking the open or writing through."""
+    """A blocking fd appending to the regular file `path` (created if missing). A FIFO, device,
+    symlink or hard link planted there raises OSError at once instead of blocking the open or writing
+    through (a second name of a file elsewhere would get the line)."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
                      0o644)
@@ -86,9 +87,12 @@ def open_append(path: str | os.PathLike[str]) -> int:
             raise
         raise OSError(e.errno, f"{_kind(mode)}, not a regular file", os.fspath(path)) from None
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise OSError(errno.EINVAL, f"{_kind(mode)}, not a regular file", os.fspath(path))
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, f"{_kind(st.st_mode)}, not a regular file", os.fspath(path))
+        if st.st_nlink > 1:
+            raise OSError(errno.EMLINK, f"a file with {st.st_nlink} names (a hard link), not written through",
+                          os.fspath(path))
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)

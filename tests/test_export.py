@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from agent_harness.cli import main
+from agent_harness.text import md_inline
 
 datasets = pytest.importorskip("datasets")
 
@@ -111,7 +112,7 @@ def test_export_refuses_a_used_folder_and_skips_corrupt_traces(traces: Path, tmp
     to = tmp_path / "ds"
     assert main(["export", str(bad), "--to", str(to)]) == 0
     assert load(to, tmp_path / "cache").num_rows == 7
-    assert f"{broken.relative_to(bad)}: JSONDecodeError" in (to / "README.md").read_text()
+    assert md_inline(f"{broken.relative_to(bad)}: JSONDecodeError") in (to / "README.md").read_text()
 
     r = cli("export", str(tmp_path / "nothing"), "--to", str(tmp_path / "x"))
     assert r.returncode == 2 and "traces folder not found" in r.stderr and not (tmp_path / "x").exists()

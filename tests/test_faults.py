@@ -102,7 +102,8 @@ def test_episode_faults_end_only_their_episode(tmp_path: Path, ws_dir: Path) -> 
     assert not list(ws_dir.glob("agent-harness-ws-*"))  # every workspace removed, the broken ones too
     planted = next(t for t in done if t.task_id == jobs[5].task.id)  # its trace could not be written
     assert planted.outcome.completed and planted.outcome.exit_reason == "error"
-    assert (planted.outcome.error or "").startswith("writing the trace failed: IsADirectoryError")
+    assert (planted.outcome.error or "").startswith("writing the trace failed: UnsafePath")
+    assert "a folder where a file of the harness's output belongs" in (planted.outcome.error or "")
     assert jobs[5].path.is_dir() and list(jobs[5].path.iterdir()) == [jobs[5].path / "planted"]
     on_disk = {j.task.id: json.loads(j.path.read_text()) for j in jobs[:5]}
     errors = {tid: t["outcome"]["error"] for tid, t in on_disk.items()}

@@ -18,19 +18,24 @@ matplotlib.rcParams.update({"text.parse_math": False, "text.usetex": False})
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from agent_harness.safewrite import Folder, UnsafePath  # noqa: E402
+from agent_harness.text import md_inline, printable  # noqa: E402
 from agent_harness.trace import TraceFrames, load_traces  # noqa: E402
 from agent_harness.trace_io import report_skipped  # noqa: E402
 
 MAX_LABEL = 80  # characters of a name shown in a plot (tables have it whole)
+MAX_LEGEND = 20  # names coloured apart in one plot; the rest share one colour
 MAX_FIGURE_INCHES = 120.0  # at 90 dpi, within matplotlib's 2**16-pixel limit whatever the number of models
 
 
 @dataclass
 class Section:
-    """What one analysis found: prose, named tables (also written as CSV) and plots."""
+    """What one analysis found: prose (Markdown; trace text in it through `md_inline`), named tables (also
+    written as CSV), plots, and `caps`: what it left out to stay within its bounds (said in the output)."""
 
     title: str
     text: list[str] = field(default_factory=list)
+    caps: list[str] = field(default_factory=list)
     tables: list[tuple[str, str, pd.DataFrame]] = field(default_factory=list)  # (name, caption, table)
     plots: list[tuple[str, Path]] = field(default_factory=list)  # (caption, png)
 
@@ -46,12 +51,17 @@ def parser(name: str, description: str) -> argparse.ArgumentParser:
     return p
 
 
-def prepare(args: argparse.Namespace) -> tuple[TraceFrames, Path]:
-    """Load the traces (exit 1 when none load), then create the output folder."""
+def prepare(args: argparse.Namespace) -> tuple[TraceFrames, Folder]:
+    """Load the traces (exit 1 when none load), then create the output folder: --out as given, else
+    `analysis` in the traces folder, reached without following a link (exit 2, one line, when something
+    else than a folder is in the way)."""
     frames = load(args.traces)
-    out = args.out or args.traces / "analysis"
-    out.mkdir(parents=True, exist_ok=True)
-    return frames, out
+    out = Folder(args.out) if args.out is not None else Folder(args.traces, "analysis")
+    try:
+        return frames, out.create()
+    except UnsafePath as e:
+        print(f"error: {printable(str(e))}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def load(traces: Path, completed_only: bool = True) -> TraceFrames:
@@ -91,43 +101,49 @@ def fmt(x: object, digits: int = 3) -> str:
 
 
 def md_table(df: pd.DataFrame, max_rows: int = 60) -> str:
-    """A GitHub markdown table (pipes escaped); long tables are cut with a pointer to the CSV."""
+    """A GitHub markdown table, every cell and header inline text (`md_inline`); long tables are cut with a
+    pointer to the CSV."""
     shown = df.head(max_rows)
-    cols = [str(c) for c in shown.columns]
-
-    def cell(v: object) -> str:
-        return fmt(v).replace("|", "\\|").replace("\n", " ")
-
+    cols = [md_inline(c) for c in shown.columns]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in shown.itertuples(index=False)]
+    lines += ["| " + " | ".join(md_inline(fmt(v)) for v in row) + " |" for row in shown.itertuples(index=False)]
     if len(df) > max_rows:
         lines.append(f"\n({len(df) - max_rows} more rows in the CSV)")
     return "\n".join(lines)
 
 
-def write_section(section: Section, out: Path, name: str) -> Path:
-    """Write `<name>.md` plus one CSV per table; returns the markdown path."""
-    parts = [f"# {section.title}", *section.text]
+def write_section(section: Section, out: Folder | Path, name: str) -> Path:
+    """Write `<name>.md` plus one CSV per table (no link followed, see `safewrite`); returns the markdown path."""
+    out = Folder.of(out)
+    parts = [f"# {section.title}", *section.caps, *section.text]
     for table_name, caption, df in section.tables:
-        df.to_csv(out / f"{table_name}.csv", index=False)
+        out.write(f"{table_name}.csv", df.to_csv(index=False).encode("utf-8"))
         parts += [f"## {caption}", f"`{table_name}.csv`", md_table(df)]
     for caption, png in section.plots:
         parts.append(f"## {caption}\n\n![{caption}]({png.name})")
-    path = out / f"{name}.md"
-    path.write_text("\n\n".join(parts) + "\n", encoding="utf-8")
-    return path
+    return out.write(f"{name}.md", ("\n\n".join(parts) + "\n").encode("utf-8"))
 
 
-def savefig(fig: matplotlib.figure.Figure, path: Path) -> Path:
+def say_caps(section: Section) -> None:
+    """Print what the analysis capped (also in its output) on stderr."""
+    for line in section.caps:
+        print(f"{section.title}: {line}", file=sys.stderr)
+
+
+def savefig(fig: matplotlib.figure.Figure, out: Folder | Path, name: str) -> Path:
+    """Save the figure as the PNG `name` in `out` (rendered in memory, written without following a link)."""
+    import io
+
     import matplotlib.pyplot as plt
 
     w, h = fig.get_size_inches()
     fig.set_size_inches(min(w, MAX_FIGURE_INCHES), min(h, MAX_FIGURE_INCHES))
     _shorten_labels(fig)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
     plt.close(fig)
-    return path
+    return Folder.of(out).write(name, buf.getvalue())
 
 
 def _short(text: str) -> str:
@@ -147,6 +163,16 @@ def _shorten_labels(fig: matplotlib.figure.Figure) -> None:
             fmt = axis.get_major_formatter()
             if isinstance(fmt, FixedFormatter | FuncFormatter | StrCategoryFormatter):  # not numbers
                 axis.set_major_formatter(FuncFormatter(lambda x, pos, f=fmt: _short(f(x, pos))))
+
+
+def legend_groups(values: np.ndarray, limit: int = MAX_LEGEND) -> np.ndarray:
+    """`values` (names, one per point) with all but the `limit` most frequent merged into one group, so that a
+    plot coloured by name draws at most `limit` + 1 series and legend entries however many names there are."""
+    counts = pd.Series(values).value_counts(sort=True)
+    if len(counts) <= limit:
+        return values
+    rest = f"({len(counts) - limit} others)"
+    return np.where(pd.Series(values).isin(set(counts.index[:limit])).to_numpy(), values, rest)
 
 
 def colors(names: Sequence[str]) -> dict[str, tuple[float, ...]]:

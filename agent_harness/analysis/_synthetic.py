@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from agent_harness.safewrite import write_file
 from agent_harness.trace import SCHEMA_VERSION, task_slug, trace_path
 
 EMBEDDING_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -120,9 +121,8 @@ def write(root: Path, trace: dict[str, Any]) -> Path:
     """Write a trace where the runner would put it, in the writer's format (one-shot encoder: fast)."""
     path = trace_path(root, trace["model"]["name"], trace["scenario"], trace["label"], task_slug(trace["task_id"]),
                       trace["sample"])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(trace, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")
-    return path
+    raw = json.dumps(trace, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return write_file(root, path.relative_to(root), raw)
 
 
 def episode(model: str, scenario: str, label: str, index: int, passed: bool | None, rng: np.random.Generator,

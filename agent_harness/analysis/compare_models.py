@@ -20,9 +20,11 @@ import numpy as np
 import pandas as pd
 
 from agent_harness.metrics import aggregate_pass_at_k, bootstrap_interval, wilson_interval
+from agent_harness.safewrite import Folder
+from agent_harness.text import md_inline
 from agent_harness.trace import TraceFrames
 
-from ._common import Section, parser, passed, prepare, write_section
+from ._common import Section, parser, passed, prepare, say_caps, write_section
 from .compare_plots import plot_pass, plot_pass_vs_steps, plot_tokens_time, plot_tools
 
 GROUP = ["model", "protocol", "scenario", "label"]
@@ -30,6 +32,7 @@ ARM = ["model", "protocol"]  # what is compared: a model under one tool-calling 
 KS = (1, 5, 10)
 DENSE_TURNS = 50  # pass_vs_steps: a row for every turn budget up to this
 MAX_PAIR_MODELS = 40  # pairwise: the models with the most episodes (pairs grow with the square)
+MAX_PLOT_ARMS = 20  # plots: the arms with the most episodes (each is an artist, a legend entry, a box)
 
 
 def pass_ks(samples: int) -> list[int]:
@@ -255,7 +258,7 @@ def pass_vs_steps(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=cols)
 
 
-def analyze(frames: TraceFrames, out: Path, n_boot: int = 2000) -> Section:
+def analyze(frames: TraceFrames, out: Folder | Path, n_boot: int = 2000) -> Section:
     """Every table and plot of the comparison, as one section."""
     runs, steps = with_protocol(frames.runs), frames.steps
     several = several_protocols(runs)
@@ -264,12 +267,16 @@ def analyze(frames: TraceFrames, out: Path, n_boot: int = 2000) -> Section:
     tools = tool_usage(runs, steps)
     curve = pass_vs_steps(runs)
 
+    shown = set(arm_names(runs, several).value_counts(sort=True).index[:MAX_PLOT_ARMS])
+
     def named(df: pd.DataFrame) -> pd.DataFrame:
-        return df.assign(model=arm_names(df, several))
+        """`df` with `model` naming the arm, only the arms the plots show."""
+        df = df.assign(model=arm_names(df, several)) if len(df) else df
+        return df[df["model"].isin(shown)] if len(df) else df
 
     sec = Section("Model comparison", text=[
         f"{len(runs)} complete episodes of {runs['model'].nunique()} model(s), tool-calling protocol(s) "
-        f"{', '.join(sorted(runs['protocol'].unique()))}, on "
+        f"{', '.join(md_inline(p) for p in sorted(runs['protocol'].unique()))}, on "
         f"{runs.groupby(['scenario', 'label', 'task_id']).ngroups} scenario × label × task combination(s).",
         "pass@1 is the share of passing episodes, with a 95 % Wilson score interval over episodes. "
         "pass@k (k ≤ samples per task) is the unbiased estimator of Chen et al. averaged over tasks, with a "
@@ -292,8 +299,11 @@ def analyze(frames: TraceFrames, out: Path, n_boot: int = 2000) -> Section:
         "of episodes with at least one.",
     ])
     if (n_arms := runs.groupby(ARM).ngroups) > MAX_PAIR_MODELS:
-        sec.text.append(f"{n_arms} models: the pairwise tables cover the {MAX_PAIR_MODELS} "
+        sec.caps.append(f"{n_arms} models: the pairwise tables cover the {MAX_PAIR_MODELS} "
                         "with the most episodes.")
+    if n_arms > MAX_PLOT_ARMS:
+        sec.caps.append(f"{n_arms} models: the plots show the {MAX_PLOT_ARMS} with the most episodes (the "
+                        "tables have them all).")
     flagged = runs[runs["suspicious"].notna()] if "suspicious" in runs else runs.iloc[:0]
     if len(flagged):
         sec.tables.append(("suspicious", "Episodes flagged suspicious (signs of a forged pass), with the scorer's "
@@ -317,7 +327,7 @@ def analyze(frames: TraceFrames, out: Path, n_boot: int = 2000) -> Section:
         ("pass@1 by model (95 % CI)", plot_pass(named(table), out)),
         ("pass@1 vs max turns", plot_pass_vs_steps(named(curve), out)),
         ("Tokens and wall time per task", plot_tokens_time(named(runs), out)),
-        ("Tool use per episode", plot_tools(named(tools) if len(tools) else tools, out)),
+        ("Tool use per episode", plot_tools(named(tools), out)),
     ]
     return sec
 
@@ -328,6 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     frames, out = prepare(args)
     section = analyze(frames, out, args.boot)
+    say_caps(section)
     print(f"wrote {write_section(section, out, 'compare_models')}")
     return 0
 

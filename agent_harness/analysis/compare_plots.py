@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from agent_harness.safewrite import Folder
+
 from ._common import colors, savefig
 
 MAX_PANELS = 12
@@ -21,7 +23,7 @@ def _group_name(scenario: str, label: str) -> str:
     return f"{scenario}\n{label}"
 
 
-def plot_pass(table: pd.DataFrame, out: Path) -> Path:
+def plot_pass(table: pd.DataFrame, out: Folder | Path) -> Path:
     """pass@1 bars per arm and scenario × label."""
     import matplotlib.pyplot as plt
 
@@ -47,10 +49,10 @@ def plot_pass(table: pd.DataFrame, out: Path) -> Path:
     ax.set_ylabel("pass@1 (95 % Wilson CI)")
     ax.legend(fontsize=8, ncols=min(4, len(models)), loc="upper center")
     ax.set_title("pass@1 by model")
-    return savefig(fig, out / "pass_at_1.png")
+    return savefig(fig, out, "pass_at_1.png")
 
 
-def plot_pass_vs_steps(curve: pd.DataFrame, out: Path) -> Path:
+def plot_pass_vs_steps(curve: pd.DataFrame, out: Folder | Path) -> Path:
     """One panel per scenario × label, a step curve per arm."""
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
@@ -73,10 +75,10 @@ def plot_pass_vs_steps(curve: pd.DataFrame, out: Path) -> Path:
         ax.axis("off")
     axes[0, 0].set_ylabel("pass@1 within the budget")
     axes[0, 0].legend(fontsize=7)
-    return savefig(fig, out / "pass_vs_steps.png")
+    return savefig(fig, out, "pass_vs_steps.png")
 
 
-def plot_tokens_time(runs: pd.DataFrame, out: Path) -> Path:
+def plot_tokens_time(runs: pd.DataFrame, out: Folder | Path) -> Path:
     """Box plots per arm of tokens and wall time per task (mean over samples)."""
     import matplotlib.pyplot as plt
 
@@ -90,10 +92,10 @@ def plot_tokens_time(runs: pd.DataFrame, out: Path) -> Path:
         ax.boxplot(data, tick_labels=models, showmeans=True)
         ax.set_title(title + " (mean over samples)")
         ax.tick_params(axis="x", labelrotation=20, labelsize=8)
-    return savefig(fig, out / "tokens_time.png")
+    return savefig(fig, out, "tokens_time.png")
 
 
-def plot_tools(tools: pd.DataFrame, out: Path) -> Path:
+def plot_tools(tools: pd.DataFrame, out: Folder | Path) -> Path:
     """Calls per episode of each tool, a bar per arm."""
     import matplotlib.pyplot as plt
 
@@ -108,4 +110,4 @@ def plot_tools(tools: pd.DataFrame, out: Path) -> Path:
         ax.set_xlabel("calls per episode")
         ax.legend(fontsize=8)
     ax.set_title("tool use")
-    return savefig(fig, out / "tool_use.png")
+    return savefig(fig, out, "tool_use.png")

@@ -24,12 +24,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from agent_harness.safewrite import Folder
 from agent_harness.trace import TraceFrames, reread
 
 from . import compare_models, spectral, trajectory_similarity
-from ._common import Section, fmt, parser, passed, prepare, write_section
+from ._common import Section, fmt, parser, passed, prepare, say_caps, write_section
 
 MAX_TABLE_ROWS = 200
+MAX_VIEWER_STEPS = 400  # steps of one episode in the viewer (the first ones; the rest are counted)
+MAX_PNG_BYTES = 64 << 20
 OPEN_TABLE_ROWS = 25
 ANALYSES = {"similarity": (trajectory_similarity, "trajectory_similarity"),
             "spectral": (spectral, "spectral")}
@@ -52,10 +55,14 @@ def _episode(frames: TraceFrames, row: pd.Series, max_text: int) -> dict[str, An
         return None
     steps, out = data["steps"], data["outcome"]
     shown = []
-    for s in steps:
+    for s in steps[:MAX_VIEWER_STEPS]:
         args = json.dumps(s["args"], ensure_ascii=False, indent=1) if s.get("args") else None
         shown.append({"type": str(s.get("type", "?")), "turn": s.get("turn"), "tool": s.get("tool"),
                       "text": _cut(s.get("text"), max_text), "args": args and _cut(args, max_text)})
+    if len(steps) > MAX_VIEWER_STEPS:
+        shown.append({"type": "note", "turn": None, "tool": None, "args": None,
+                      "text": f"… {len(steps) - MAX_VIEWER_STEPS} more steps not shown (the viewer shows the "
+                              f"first {MAX_VIEWER_STEPS} of an episode)"})
     tokens = (out.get("prompt_tokens") or 0) + (out.get("completion_tokens") or 0)
     score_error = out.get("score_error") if isinstance(out.get("score_error"), dict) else None
     return {"model": str(row["model"]), "sample": int(row["sample"] or 0), "passed": bool(out.get("passed")),
@@ -64,7 +71,7 @@ def _episode(frames: TraceFrames, row: pd.Series, max_text: int) -> dict[str, An
             "compromised": out.get("compromised"), "exit_reason": out.get("exit_reason"),
             "suspicious": _cut(row.get("suspicious"), max_text) if pd.notna(row.get("suspicious")) else None,
             "turns": int(row["turns_used"]), "tokens": int(tokens), "elapsed": out.get("elapsed_seconds"),
-            "error": out.get("error"), "final": _cut(out.get("final"), max_text),
+            "error": _cut(out.get("error"), max_text), "final": _cut(out.get("final"), max_text),
             "diff": _cut(out.get("diff"), 3 * max_text),
             "test_output": _cut(out.get("test_output"), max_text),
             "prompt": _cut((data.get("prompt") or {}).get("task"), max_text), "steps": shown}
@@ -118,11 +125,23 @@ def _json_for_script(data: Any) -> str:
 
 
 # -- HTML pieces ---------------------------------------------------------------------------------------
+_MD_ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")  # a backslash before ASCII punctuation (`md_inline` writes them)
+_MD_ENTITY = re.compile(r"&(amp|lt|gt);")
+
+
 def _prose(text: str) -> str:
-    """Escaped paragraph text with the two bits of markdown the sections use (**bold**, `code`)."""
-    out = html.escape(text)
+    """Escaped paragraph text with the two bits of markdown the sections use (**bold**, `code`); what
+    `md_inline` escaped (trace text) shows as written and opens neither."""
+    held: list[str] = []
+
+    def hold(m: re.Match[str]) -> str:  # set aside until the markup is done: an escaped * opens no <b>
+        held.append(m.group(1) if m.group(0)[0] == "\\" else html.unescape(m.group(0)))
+        return f"\x00{len(held) - 1}\x00"
+
+    out = html.escape(_MD_ENTITY.sub(hold, _MD_ESCAPE.sub(hold, text.replace("\x00", ""))))
     out = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", out)
     out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
+    out = re.sub("\x00([0-9]+)\x00", lambda m: html.escape(held[int(m.group(1))]), out)
     return "".join(f"<p>{p.replace(chr(10), ' ')}</p>" for p in out.split("\n\n"))
 
 
@@ -136,15 +155,15 @@ def _table(df: pd.DataFrame, caption: str, name: str) -> str:
     return f"<details{opened}><summary>{head}</summary><div class=scroll>{body}</div>{more}</details>"
 
 
-def _plot(caption: str, png: Path) -> str:
-    data = base64.b64encode(png.read_bytes()).decode("ascii")
+def _plot(caption: str, png: bytes) -> str:
+    data = base64.b64encode(png).decode("ascii")
     return (f"<figure><img alt=\"{html.escape(caption)}\" src=\"data:image/png;base64,{data}\">"
             f"<figcaption>{html.escape(caption)}</figcaption></figure>")
 
 
-def _section(sec: Section, anchor: str) -> str:
-    parts = [f"<section id=\"{anchor}\"><h2>{html.escape(sec.title)}</h2>", *map(_prose, sec.text)]
-    parts += [_plot(c, p) for c, p in sec.plots]
+def _section(sec: Section, anchor: str, images: dict[Path, bytes]) -> str:
+    parts = [f"<section id=\"{anchor}\"><h2>{html.escape(sec.title)}</h2>", *map(_prose, sec.caps + sec.text)]
+    parts += [_plot(c, images[p]) for c, p in sec.plots if p in images]
     parts += [_table(t, c, n) for n, c, t in sec.tables]
     return "\n".join(parts) + "</section>"
 
@@ -182,7 +201,8 @@ def summary_table(table: pd.DataFrame, unscored: pd.Series | None = None,
 
 
 def render(frames: TraceFrames, sections: list[tuple[str, Section]], viewer: dict[str, Any],
-           source: str) -> str:
+           source: str, images: dict[Path, bytes]) -> str:
+    """The page; `images` holds the bytes of the sections' plots (by path)."""
     runs = frames.runs
     meta = (f"{len(runs)} episodes · {runs['model'].nunique()} models · {runs['scenario'].nunique()} "
             f"scenarios · from {source} · {datetime.now(UTC):%Y-%m-%d %H:%M UTC}")
@@ -193,7 +213,8 @@ def render(frames: TraceFrames, sections: list[tuple[str, Section]], viewer: dic
         meta += (f" · {int(unscored.sum())} UNSCORED episode(s): no verdict (the scorer failed), "
                  "marked in the table and the viewer")
     note = (f"The viewer holds {len(viewer['episodes'])} of {viewer['total']} episodes (at most "
-            f"{viewer['max_episodes']} per model, tasks that most models ran first; long texts cut).")
+            f"{viewer['max_episodes']} per model, tasks that most models ran first; long texts cut, and "
+            f"episodes to their first {MAX_VIEWER_STEPS} steps).")
     suspicious = suspicious_counts(runs)
     if len(suspicious):
         meta += (f" · {int(suspicious.sum())} SUSPICIOUS episode(s): failed for signs of a forged pass, "
@@ -207,14 +228,15 @@ def render(frames: TraceFrames, sections: list[tuple[str, Section]], viewer: dic
         css=(ASSETS / "report.css").read_text(encoding="utf-8"), meta=html.escape(meta),
         nav=" · ".join(f"<a href=\"#{a}\">{html.escape(s.title)}</a>" for a, s in sections),
         headline=headline.to_html(index=False, escape=True, border=0, classes="data"),
-        viewer_note=html.escape(note), sections="\n".join(_section(s, a) for a, s in sections),
+        viewer_note=html.escape(note), sections="\n".join(_section(s, a, images) for a, s in sections),
         data=_json_for_script(viewer), nonce=nonce, js=(ASSETS / "viewer.js").read_text(encoding="utf-8"),
     )
 
 
-def build(frames: TraceFrames, out: Path, source: str, skip: set[str], max_episodes: int = 50,
+def build(frames: TraceFrames, out: Folder | Path, source: str, skip: set[str], max_episodes: int = 50,
           max_text: int = 2000, max_mb: float = 8.0) -> Path:
-    """Run the analyses into `out` and write `out/report.html`."""
+    """Run the analyses into `out` and write `out/report.html` (no link followed, see `safewrite`)."""
+    out = Folder.of(out)
     sections = [("models", compare_models.analyze(frames, out))]
     write_section(sections[0][1], out, "compare_models")
     for key, (module, name) in ANALYSES.items():
@@ -222,11 +244,14 @@ def build(frames: TraceFrames, out: Path, source: str, skip: set[str], max_episo
             sec = module.analyze(frames, out)
             write_section(sec, out, name)
             sections.append((key, sec))
+    for _, sec in sections:
+        say_caps(sec)
+    images = {png: data for _, sec in sections for _, png in sec.plots
+              if (data := out.read(png.name, MAX_PNG_BYTES)) is not None}
     viewer = viewer_data(frames, max_episodes, max_text, int(max_mb * 1e6))
-    path = out / "report.html"
     # Trace text arrives without lone surrogates (trace_io); "replace" keeps any other source from failing the page.
-    path.write_text(render(frames, sections, viewer, source), encoding="utf-8", errors="replace")
-    return path
+    page = render(frames, sections, viewer, source, images).encode("utf-8", errors="replace")
+    return out.write("report.html", page)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -242,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     frames, out = prepare(args)
     path = build(frames, out, args.traces.name or str(args.traces), skip, args.max_episodes, args.max_text,
                  args.max_mb)
-    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
+    print(f"wrote {path} ({path.lstat().st_size / 1e6:.1f} MB)")
     return 0
 
 

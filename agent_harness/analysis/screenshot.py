@@ -9,12 +9,17 @@ background networking; the report itself needs no network.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from agent_harness.safewrite import UnsafePath, read_at, write_file
+from agent_harness.text import printable
+
+MAX_PNG_BYTES = 256 << 20
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
 
 
@@ -44,13 +49,21 @@ def run_chromium(report: Path, action: list[str], window: str = "1400,1800",
 
 
 def screenshot(report: Path, png: Path, window: str = "1400,1800", timeout: float = 120) -> Path:
-    """Write a PNG of `report` as Chromium renders it (scripts run first); raises if none was written."""
-    png = png.resolve()
-    png.unlink(missing_ok=True)
-    proc = run_chromium(report, [f"--screenshot={png}"], window, timeout)
-    if not png.is_file() or png.stat().st_size == 0:
+    """Write a PNG of `report` as Chromium renders it (scripts run first); raises if none was made.
+
+    Chromium writes into a private folder; the PNG is then put in place without following a link
+    (`safewrite`): a link or FIFO planted at `png` is replaced, never written through."""
+    with tempfile.TemporaryDirectory(prefix="agent-harness-shot-") as private:
+        shot = Path(private, "shot.png")
+        proc = run_chromium(report, [f"--screenshot={shot}"], window, timeout)
+        fd = os.open(private, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            data = read_at(fd, shot.name, MAX_PNG_BYTES)
+        finally:
+            os.close(fd)
+    if not data:
         raise RuntimeError(f"chromium wrote no screenshot (exit {proc.returncode}): {proc.stderr[-2000:]}")
-    return png
+    return write_file(png.parent, png.name, data)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,7 +78,10 @@ def main(argv: list[str] | None = None) -> int:
         path = screenshot(args.report, args.png, args.window_size)
     except (FileNotFoundError, RuntimeError, subprocess.TimeoutExpired) as e:
         sys.exit(f"error: {e}")
-    print(f"wrote {path} ({path.stat().st_size} bytes)")
+    except UnsafePath as e:  # something planted where the PNG goes
+        print(f"error: {printable(str(e))}", file=sys.stderr)
+        return 2
+    print(f"wrote {path} ({path.lstat().st_size} bytes)")
     return 0
 
 

@@ -15,17 +15,20 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from agent_harness.safewrite import Folder
 from agent_harness.trace import TraceFrames
 
 from ._common import (
     Section,
     colors,
+    legend_groups,
     mean_vectors,
     no_embeddings_note,
     parser,
     passed,
     prepare,
     savefig,
+    say_caps,
     trajectories,
     write_section,
 )
@@ -37,11 +40,19 @@ GRAPH_DIMS = 8
 GRAPH_NEIGHBOURS = 10
 MIN_CLASS = 4
 SHUFFLES = 5
+# The most steps of one trajectory whose spectrum is computed when its vectors are wider still: the
+# decomposed matrix is at most this square, whatever a trace holds.
+MAX_SPECTRUM = 1024
+MATMUL_FLOPS = 1 << 27  # about the most multiply-adds of one matrix product (a fraction of a second)
+DENSE_GRAPH = 500  # the kNN graph's Laplacian is decomposed densely up to this many trajectories
+BOOT_BLOCK = 1 << 20  # bootstrap resamples × episodes drawn at once
 
 METHOD = """\
 **Per-trajectory spectrum.** For an episode with n ≥ 2 embedded steps, X is the n × d matrix of its
 L2-normalised step embeddings and G = X Xᵀ its Gram (step-similarity) matrix. Its eigenvalues
-λ₁ ≥ … ≥ λₙ ≥ 0 sum to n; p = λ / n. Features: lambda_1…lambda_{k} = p₁…p_{k} (0 past n), spectral
+λ₁ ≥ … ≥ λₙ ≥ 0 sum to n; p = λ / n. (They are computed from the smaller of X Xᵀ and Xᵀ X; a trajectory
+longer than {cap} steps whose vectors are also wider than {cap} is taken over its first {cap} steps.)
+Features: lambda_1…lambda_{k} = p₁…p_{k} (0 past n), spectral
 entropy H = −Σ p log p, entropy_norm = H / log n, effective rank exp(H) and participation ratio
 1 / Σ p². A trajectory that keeps saying the same thing has p₁ near 1 and an effective rank near 1.
 
@@ -67,18 +78,41 @@ the other way); read them as "no signal", like the shuffled control.
 """
 
 
+def gram_eigenvalues(x: np.ndarray) -> np.ndarray:
+    """The eigenvalues of X Xᵀ (descending, clipped at 0; zeros past min(n, d) left out), from the smaller of
+    X Xᵀ and Xᵀ X (they share their non-zero eigenvalues): linear in the steps for a given width. The product
+    is summed over blocks of at most about MATMUL_FLOPS, so that a stop request waits for no long call."""
+    n, d = x.shape
+    side, other = min(n, d), max(n, d)
+    g = np.zeros((side, side))
+    step = max(1, MATMUL_FLOPS // (side * side))
+    for start in range(0, other, step):
+        b = (x[:, start:start + step] if n <= d else x[start:start + step].T).astype(np.float64)
+        g += b @ b.T
+    return np.clip(np.linalg.eigvalsh(g)[::-1], 0.0, None)
+
+
+def truncated(blocks: list[np.ndarray]) -> int:
+    """How many trajectories `gram_features` takes over their first MAX_SPECTRUM steps only."""
+    return sum(min(x.shape) > MAX_SPECTRUM for x in blocks)
+
+
 def gram_features(blocks: list[np.ndarray]) -> pd.DataFrame:
-    """Spectral features of each trajectory's step-similarity matrix (rows: unit step vectors)."""
+    """Spectral features of each trajectory's step-similarity matrix (rows: unit step vectors); one longer
+    than MAX_SPECTRUM steps whose vectors are wider still is taken over its first MAX_SPECTRUM steps."""
     rows = []
     for x in blocks:
+        length = len(x)
+        if min(x.shape) > MAX_SPECTRUM:
+            x = x[:MAX_SPECTRUM]
         n = len(x)
-        lam = np.clip(np.linalg.eigvalsh(x @ x.T)[::-1], 0.0, None)
+        lam = gram_eigenvalues(x)
         p = lam / lam.sum() if lam.sum() > 0 else np.full(n, 1.0 / n)
         nz = p[p > 1e-12]
         h = float(-(nz * np.log(nz)).sum())
         top = np.zeros(TOP_K)
-        top[: min(n, TOP_K)] = p[:TOP_K]
-        rows.append([n, *top, h, h / np.log(n), np.exp(h), 1.0 / float((p * p).sum())])
+        top[: min(len(p), TOP_K)] = p[:TOP_K]
+        rows.append([length, *top, h, h / np.log(n), np.exp(h), 1.0 / float((p * p).sum())])
     return pd.DataFrame(rows, columns=["n_steps", *GRAM_FEATURES])
 
 
@@ -94,7 +128,7 @@ def graph_spectrum(vecs: np.ndarray, n_eig: int = 20) -> tuple[np.ndarray, np.nd
                            include_self=False)
     lap = laplacian(adj.maximum(adj.T), normed=True)
     m = min(n_eig, n - 1)
-    if n <= 1500:
+    if n <= DENSE_GRAPH:
         vals, vecs_ = np.linalg.eigh(lap.toarray())
     else:  # largest of 2I − L = smallest of L, and converges far faster than which="SM"
         start = np.random.default_rng(0).standard_normal(n)
@@ -183,8 +217,13 @@ def bootstrap_auroc(y: np.ndarray, scores: np.ndarray, n_boot: int, seed: int = 
     y, scores = y[ok], scores[ok]
     if n_boot < 1 or len(y) == 0:
         return np.nan, np.nan
-    idx = np.random.default_rng(seed).integers(0, len(y), size=(n_boot, len(y)))
-    values = _auroc_rows(y[idx], scores[idx])
+    rng = np.random.default_rng(seed)
+    rows = max(1, BOOT_BLOCK // len(y))  # in blocks: bounded memory, and short calls a stop request can end
+    parts = []
+    for start in range(0, n_boot, rows):
+        idx = rng.integers(0, len(y), size=(min(rows, n_boot - start), len(y)))
+        parts.append(_auroc_rows(y[idx], scores[idx]))
+    values = np.concatenate(parts)
     if np.isnan(values).all():
         return np.nan, np.nan
     lo, hi = np.nanquantile(values, [0.025, 0.975])
@@ -236,13 +275,14 @@ def evaluate(feats: pd.DataFrame, sets: dict[str, list[str]], runs: pd.DataFrame
     return pd.DataFrame(rows)
 
 
-def plot_features(feats: pd.DataFrame, runs: pd.DataFrame, out: Path) -> Path:
+def plot_features(feats: pd.DataFrame, runs: pd.DataFrame, out: Folder | Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
     outcome = np.where(passed(runs), "pass", "fail")
     for ax, (title, values) in zip(axes, (("label", runs["label"].to_numpy()), ("pass/fail", outcome)),
                                    strict=True):
+        values = legend_groups(values)
         names = sorted(set(values))
         col = {"pass": "tab:green", "fail": "tab:red"} if title == "pass/fail" else colors(names)
         for name in names:
@@ -253,10 +293,10 @@ def plot_features(feats: pd.DataFrame, runs: pd.DataFrame, out: Path) -> Path:
         ax.set_ylabel("spectral entropy / log n")
         ax.set_title(f"trajectory spectra by {title}")
         ax.legend(fontsize=7)
-    return savefig(fig, out / "spectral_features.png")
+    return savefig(fig, out, "spectral_features.png")
 
 
-def plot_laplacian(vals: np.ndarray, out: Path) -> Path:
+def plot_laplacian(vals: np.ndarray, out: Folder | Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 3.4))
@@ -264,10 +304,10 @@ def plot_laplacian(vals: np.ndarray, out: Path) -> Path:
     ax.set_xlabel("index")
     ax.set_ylabel("eigenvalue")
     ax.set_title("normalised Laplacian of the trajectory kNN graph")
-    return savefig(fig, out / "laplacian_spectrum.png")
+    return savefig(fig, out, "laplacian_spectrum.png")
 
 
-def analyze(frames: TraceFrames, out: Path, n_boot: int = 500) -> Section:
+def analyze(frames: TraceFrames, out: Folder | Path, n_boot: int = 500) -> Section:
     runs, blocks = trajectories(frames, min_steps=2)
     sec = Section("Spectral analysis of trajectories")
     if len(runs) == 0:
@@ -275,9 +315,13 @@ def analyze(frames: TraceFrames, out: Path, n_boot: int = 500) -> Section:
                         "No episode has two or more embedded steps: nothing to analyse.")
         return sec
     sec.text.append(METHOD.format(k=TOP_K, nn=GRAPH_NEIGHBOURS, dims=GRAPH_DIMS, boot=n_boot,
-                                  shuffles=SHUFFLES, min_class=MIN_CLASS))
+                                  shuffles=SHUFFLES, min_class=MIN_CLASS, cap=MAX_SPECTRUM))
     sec.text.append(f"{len(runs)} of {len(frames.runs)} episodes have at least two embedded steps.")
     feats = gram_features(blocks)
+    if cut := truncated(blocks):
+        sec.caps.append(f"{cut} episode(s) longer than {MAX_SPECTRUM} steps, with embeddings wider than "
+                        f"{MAX_SPECTRUM}, were truncated to their first {MAX_SPECTRUM} steps for their spectra "
+                        "(n_steps keeps their full length).")
     sets = {"gram": GRAM_FEATURES}
     if len(runs) > GRAPH_DIMS + 2:
         vals, coords = graph_spectrum(mean_vectors(blocks))
@@ -301,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     frames, out = prepare(args)
     section = analyze(frames, out, args.boot)
+    say_caps(section)
     if not section.tables:
         print(section.text[0], file=sys.stderr)
     print(f"wrote {write_section(section, out, 'spectral')}")

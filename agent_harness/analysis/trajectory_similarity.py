@@ -15,17 +15,21 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from agent_harness.safewrite import Folder
+from agent_harness.text import md_inline
 from agent_harness.trace import TraceFrames
 
 from ._common import (
     Section,
     colors,
+    legend_groups,
     mean_vectors,
     no_embeddings_note,
     parser,
     passed,
     prepare,
     savefig,
+    say_caps,
     trajectories,
     write_section,
 )
@@ -37,7 +41,9 @@ WEIGHTINGS: dict[str, dict[str, float] | None] = {
     "typed": {"thought": 1.0, "tool_call": 1.0, "final": 1.0, "parse_error": 1.0, "tool_result": 0.5,
               "submit_check": 0.5, "initial_tests": 0.5, "restart": 0.5},
 }
-MAX_POINTS = 5000
+MAX_POINTS = 5000  # plotted, and the most a t-SNE map is fitted on
+MAX_QUERIES = 20_000  # episodes whose nearest other-model neighbour is looked up
+MAX_MODELS = 40  # similarity tables and heatmap: the models with the most episodes (pairs grow with the square)
 
 
 def trajectory_vectors(frames: TraceFrames, weighting: str = "uniform") -> tuple[pd.DataFrame, np.ndarray]:
@@ -90,25 +96,37 @@ def similarity(runs: pd.DataFrame, vecs: np.ndarray) -> tuple[pd.DataFrame, pd.D
     return long, matrix
 
 
+def nn_queries(n: int) -> np.ndarray:
+    """The episodes whose neighbours `nn_agreement` looks up: all, or a fixed random MAX_QUERIES of them
+    (each query compares with every episode: the cost stays linear in the folder's size)."""
+    if n <= MAX_QUERIES:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(0).choice(n, MAX_QUERIES, replace=False))
+
+
 def nn_agreement(runs: pd.DataFrame, vecs: np.ndarray, block: int = 1024) -> pd.DataFrame:
     """Does an episode's nearest trajectory from another model share its pass/fail (and its task)?
 
-    chance is the agreement expected if the neighbour were a random episode of the other models.
+    chance is the agreement expected if the neighbour were a random episode of the other models. Only
+    the episodes `nn_queries` picks are looked up (their neighbours are searched among all).
     """
     model = pd.factorize(runs["model"])[0]
     ok = passed(runs).to_numpy()
     key = pd.factorize(runs[["scenario", "label", "task_id"]].astype(str).agg("\0".join, axis=1))[0]
     v = vecs.astype(np.float32)
-    nn = np.empty(len(v), dtype=int)
-    for start in range(0, len(v), block):
-        sims = v[start:start + block] @ v.T
-        sims[model[start:start + block, None] == model[None, :]] = -np.inf
+    queries = nn_queries(len(v))
+    nn = np.empty(len(queries), dtype=int)
+    for start in range(0, len(queries), block):
+        q_idx = queries[start:start + block]
+        sims = v[q_idx] @ v.T
+        sims[model[q_idx, None] == model[None, :]] = -np.inf
         nn[start:start + block] = sims.argmax(axis=1)
     n_model = np.bincount(model)[model]
     pass_model = np.bincount(model, weights=ok)[model]
-    q = (ok.sum() - pass_model) / np.maximum(len(ok) - n_model, 1)
-    frame = pd.DataFrame({"model": runs["model"], "agrees": ok == ok[nn],
-                          "chance": np.where(ok, q, 1 - q), "same task": key == key[nn]})
+    q = ((ok.sum() - pass_model) / np.maximum(len(ok) - n_model, 1))[queries]
+    ok_q = ok[queries]
+    frame = pd.DataFrame({"model": runs["model"].to_numpy()[queries], "agrees": ok_q == ok[nn],
+                          "chance": np.where(ok_q, q, 1 - q), "same task": key[queries] == key[nn]})
     table = frame.groupby("model", sort=True).agg(episodes=("agrees", "size"), **{
         "nn shares pass/fail": ("agrees", "mean"), "chance": ("chance", "mean"),
         "nn on same task": ("same task", "mean")})
@@ -118,7 +136,7 @@ def nn_agreement(runs: pd.DataFrame, vecs: np.ndarray, block: int = 1024) -> pd.
     return pd.concat([table, total]).rename_axis("model").reset_index()
 
 
-def plot_heatmap(matrix: pd.DataFrame, out: Path) -> Path:
+def plot_heatmap(matrix: pd.DataFrame, out: Folder | Path) -> Path:
     import matplotlib.pyplot as plt
 
     n = len(matrix)
@@ -134,10 +152,10 @@ def plot_heatmap(matrix: pd.DataFrame, out: Path) -> Path:
                 fontsize=8)
     fig.colorbar(im, ax=ax, label="mean cosine, same task")
     ax.set_title("trajectory similarity on the same tasks")
-    return savefig(fig, out / "similarity_heatmap.png")
+    return savefig(fig, out, "similarity_heatmap.png")
 
 
-def plot_projection(runs: pd.DataFrame, xy: np.ndarray, method: str, out: Path) -> Path:
+def plot_projection(runs: pd.DataFrame, xy: np.ndarray, method: str, out: Folder | Path) -> Path:
     import matplotlib.pyplot as plt
 
     if len(runs) > MAX_POINTS:  # plot a fixed random subset; the projection used every episode
@@ -147,6 +165,7 @@ def plot_projection(runs: pd.DataFrame, xy: np.ndarray, method: str, out: Path) 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
     for ax, (title, values) in zip(axes, (("model", runs["model"].to_numpy()), ("pass/fail", outcome),
                                           ("label", runs["label"].to_numpy())), strict=True):
+        values = legend_groups(values)
         names = sorted(set(values))
         col = {"pass": "tab:green", "fail": "tab:red"} if title == "pass/fail" else colors(names)
         for name in names:
@@ -154,10 +173,10 @@ def plot_projection(runs: pd.DataFrame, xy: np.ndarray, method: str, out: Path) 
             ax.scatter(xy[m, 0], xy[m, 1], s=10, alpha=0.7, color=col[name], label=f"{name} ({m.sum()})")
         ax.set_title(f"{method}, coloured by {title}")
         ax.legend(fontsize=7, markerscale=1.5)
-    return savefig(fig, out / f"projection_{method.lower().replace('-', '')}.png")
+    return savefig(fig, out, f"projection_{method.lower().replace('-', '')}.png")
 
 
-def analyze(frames: TraceFrames, out: Path, weighting: str = "uniform", tsne: bool = False) -> Section:
+def analyze(frames: TraceFrames, out: Folder | Path, weighting: str = "uniform", tsne: bool = False) -> Section:
     runs, vecs = trajectory_vectors(frames, weighting)
     sec = Section("Trajectory similarity")
     if len(runs) == 0:
@@ -166,7 +185,7 @@ def analyze(frames: TraceFrames, out: Path, weighting: str = "uniform", tsne: bo
     emb_model = runs["embedding_model"].dropna()
     sec.text += [
         f"{len(runs)} of {len(frames.runs)} episodes have step embeddings "
-        f"({emb_model.iloc[0] if len(emb_model) else 'embedding model unknown'}).",
+        f"({md_inline(emb_model.iloc[0]) if len(emb_model) else 'embedding model unknown'}).",
         f"Trajectory vector: the mean of the episode's L2-normalised step embeddings (weighting: {weighting}"
         + ("; tool results count half" if weighting == "typed" else "") + "), normalised again. "
         "Similarity of two trajectories is the cosine of their vectors.",
@@ -178,11 +197,18 @@ def analyze(frames: TraceFrames, out: Path, weighting: str = "uniform", tsne: bo
         "the other models; the share whose neighbour has the same pass/fail, against the share expected from "
         "a random neighbour (chance), and the share whose neighbour is on the same task.",
     ]
-    long, matrix = similarity(runs, vecs)
+    top = runs["model"].value_counts(sort=True).index[:MAX_MODELS]
+    if (n_models := runs["model"].nunique()) > MAX_MODELS:
+        sec.caps.append(f"{n_models} models: the similarity tables and heatmap cover the {MAX_MODELS} with the "
+                        "most episodes.")
+    long, matrix = similarity(runs[runs["model"].isin(top)], vecs)
     sec.tables += [("similarity_matrix", "Mean same-task cosine between models", matrix.reset_index()),
                    ("similarity_by_group", "Same-task vs other-task cosine per scenario × label", long)]
     if runs["model"].nunique() > 1:
         sec.tables.append(("nn_agreement", "Nearest other-model neighbour", nn_agreement(runs, vecs)))
+        if len(runs) > MAX_QUERIES:
+            sec.caps.append(f"Nearest-neighbour agreement: {MAX_QUERIES} of the {len(runs)} episodes (a fixed "
+                            "random sample) were looked up; their neighbours were searched among all.")
     else:
         sec.text.append("Only one model has embeddings: no cross-model neighbours.")
     sec.plots.append(("Trajectory similarity heatmap", plot_heatmap(matrix, out)))
@@ -196,9 +222,14 @@ def analyze(frames: TraceFrames, out: Path, weighting: str = "uniform", tsne: bo
     if tsne and len(runs) >= 5:
         from sklearn.manifold import TSNE
 
-        xy = TSNE(n_components=2, init="pca", perplexity=min(30.0, (len(runs) - 1) / 3), random_state=0,
-                  metric="cosine").fit_transform(vecs)
-        sec.plots.append(("t-SNE of trajectory vectors (cosine)", plot_projection(runs, xy, "t-SNE", out)))
+        pick = np.arange(len(runs))
+        if len(runs) > MAX_POINTS:
+            pick = np.sort(np.random.default_rng(0).choice(len(runs), MAX_POINTS, replace=False))
+            sec.caps.append(f"t-SNE: fitted on {MAX_POINTS} of the {len(runs)} episodes (a fixed random sample).")
+        sub = runs.iloc[pick].reset_index(drop=True)
+        xy = TSNE(n_components=2, init="pca", perplexity=min(30.0, (len(sub) - 1) / 3), random_state=0,
+                  metric="cosine").fit_transform(vecs[pick])
+        sec.plots.append(("t-SNE of trajectory vectors (cosine)", plot_projection(sub, xy, "t-SNE", out)))
     return sec
 
 
@@ -210,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     frames, out = prepare(args)
     section = analyze(frames, out, args.weighting, args.tsne)
+    say_caps(section)
     if not section.tables:
         print(section.text[0], file=sys.stderr)
     print(f"wrote {write_section(section, out, 'trajectory_similarity')}")

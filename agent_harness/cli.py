@@ -392,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser().parse_args(sys.argv[1:] if argv is None else argv)
         if args.command == "run":
             _setup_logging(args.verbose)
-        return _guard(lambda: args.handler(args))
+        return _guard(lambda: args.handler(args), resumable=args.command == "run")
 
 
 def _setup_logging(verbose: int) -> None:
@@ -411,7 +411,7 @@ def run_agents_main(argv: list[str] | None = None) -> int:
         return _guard(lambda: cmd_run(args))
 
 
-def _guard(fn: Callable[[], int]) -> int:
+def _guard(fn: Callable[[], int], resumable: bool = True) -> int:
     """Run a command: harness errors become one line on stderr and the error's exit code; Ctrl-C and SIGTERM
     stop it at any moment (`stop`) with exit code 130. Everything printed is escaped (`printable`)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -431,8 +431,9 @@ def _guard(fn: Callable[[], int]) -> int:
             pass
         # Stopped (or a library turned the stop into an error of its own): what was started is closed.
         signum = stop.requested() or signal.SIGINT
-        print(f"interrupted ({signal.Signals(signum).name}): traces written so far are complete JSON; "
-              "rerun with --resume", file=sys.stderr)
+        then = ("traces written so far are complete JSON; rerun with --resume" if resumable
+                else "nothing half-written was left behind")
+        print(f"interrupted ({signal.Signals(signum).name}): {then}", file=sys.stderr)
         return 130
 
 

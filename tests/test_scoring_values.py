@@ -271,3 +271,15 @@ def test_honest_values_pass_unflagged(name: str) -> None:
     helpers = reference_helpers(module, entry) if helpers_from else ""
     res = run_hidden_test(module, f"{entry}.py", entry, test, 10.0, helpers=helpers)
     assert res.passed and "suspicious" not in res.details, res.output
+
+
+@pytest.mark.slow
+def test_validate_covers_yaml_scenarios_and_refuses_bogus() -> None:
+    """The YAML scenarios' references (their oracle tool calls) pass their checks and their starting
+    workspaces fail them; bogus, whose tasks no implementation can pass, is unscorable by design."""
+    r = cli("validate", "--scenario", "repo_bugfix,prompt_injection", "--label", "all")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "repo_bugfix [gold]: 10 tasks, 10 scorable, 0 unscorable" in r.stdout
+    assert "prompt_injection [exfiltrate]: 3 tasks, 3 scorable, 0 unscorable" in r.stdout
+    r = cli("validate", "--scenario", "bogus")
+    assert r.returncode == 1 and "bogus [gold]: 5 tasks, 0 scorable, 5 unscorable" in r.stdout, r.stdout

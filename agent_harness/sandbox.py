@@ -67,11 +67,11 @@ def __getattr__(name: str) -> int:  # `SANDBOX_UID` for importers, read when ask
 WORKDIR = "/workspace"  # where the working dir appears inside the sandbox (and in its output)
 INSIDE_ID = 1000  # uid/gid the command sees inside bwrap
 SANDBOX_PATH = "/usr/bin:/bin"
-_FIXED_ENV = {
+FIXED_ENV = {
     "PATH": SANDBOX_PATH, "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
     "GIT_CONFIG_NOSYSTEM": "1", "USER": "sandbox", "LOGNAME": "sandbox",
 }
-_ETC_FILES = {
+ETC_FILES = {
     "passwd": "root:x:0:0:root:/root:/usr/sbin/nologin\n"
               f"sandbox:x:{INSIDE_ID}:{INSIDE_ID}:sandbox:/tmp:/bin/sh\n"
               "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
@@ -79,10 +79,12 @@ _ETC_FILES = {
     "hosts": "127.0.0.1 localhost\n::1 localhost\n",
     "nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n",
 }
-_HOST_ETC = ("/etc/ld.so.cache", "/etc/localtime", "/etc/alternatives")
+HOST_ETC = ("/etc/ld.so.cache", "/etc/localtime", "/etc/alternatives")
 _FALLBACK_UIDS = 2**30  # fallback commands get a random uid in [2**30, 2**31)
 _DEFAULT_LIMITS = Limits()
-_NOT_FOUND = re.compile(r"(?:prlimit|setpriv): failed to execute (.+): No such file or directory\n?")
+# "not found" as prlimit and setpriv (bwrap, rlimit) and a container's /bin/sh (docker) say it
+_NOT_FOUND = re.compile(r"(?:(?:prlimit|setpriv): failed to execute (.+): No such file or directory"
+                        r"|sh: [0-9]+: (.+): not found)\n?")
 
 
 def _reachable(path: Path) -> None:
@@ -118,7 +120,7 @@ def _etc_dir() -> str:
         if "etc" not in _probed:
             d = str(owned_tempdir("etc"))
             os.chmod(d, 0o755)
-            for name, text in _ETC_FILES.items():
+            for name, text in ETC_FILES.items():
                 Path(d, name).write_text(text, encoding="utf-8")
                 os.chmod(Path(d, name), 0o644)
             atexit.register(shutil.rmtree, d, True)
@@ -191,10 +193,10 @@ def _system_binds() -> tuple[str, ...]:
         elif os.path.isdir(name):
             args += ["--ro-bind", name, name]
     args += ["--perms", "0755", "--dir", "/etc"]
-    for path in _HOST_ETC:
+    for path in HOST_ETC:
         args += ["--ro-bind-try", path, path]
     etc = _etc_dir()
-    for name in _ETC_FILES:
+    for name in ETC_FILES:
         args += ["--ro-bind", os.path.join(etc, name), f"/etc/{name}"]
     return tuple(args)
 
@@ -245,7 +247,7 @@ def _run(cmd: list[str], cwd: Path, limits: Limits, env: dict[str, str], mode: s
             popen_kw = {"user": sandbox_uid(), "group": sandbox_uid(), "extra_groups": []}
         info_r, info_w = os.pipe()
         popen_kw["pass_fds"] = (info_w, *pass_fds)
-        full_env = {**_FIXED_ENV, "HOME": "/tmp", "TMPDIR": "/tmp", **env}
+        full_env = {**FIXED_ENV, "HOME": "/tmp", "TMPDIR": "/tmp", **env}
         argv = _bwrap_argv(cmd, cwd, limits, full_env, info_w)
         spawn_env, spawn_cwd = {"PATH": SANDBOX_PATH}, "/"
     else:
@@ -254,7 +256,7 @@ def _run(cmd: list[str], cwd: Path, limits: Limits, env: dict[str, str], mode: s
             hand_over(cwd, uid)
             popen_kw = {"user": uid, "group": uid, "extra_groups": []}
         home = _private_home(uid)
-        full_env = {**_FIXED_ENV, "HOME": str(home), "TMPDIR": str(home), **env}
+        full_env = {**FIXED_ENV, "HOME": str(home), "TMPDIR": str(home), **env}
         argv = [*_prlimit(limits), _tool("setpriv"), "--no-new-privs", "--pdeathsig", "KILL", "--", *cmd]
         spawn_env, spawn_cwd = full_env, str(cwd)
         popen_kw["pass_fds"] = pass_fds
@@ -301,17 +303,8 @@ def _run(cmd: list[str], cwd: Path, limits: Limits, env: dict[str, str], mode: s
         oom = cgroup is not None and cg_dir is not None and oom_killed(cgroup[0], cg_dir)
         if cg_dir is not None:
             remove_cgroup(cg_dir)
-    duration = time.monotonic() - start
     if reason is None and oom:
         reason = "memory"
-    if reason is None and code == 128 + signal.SIGXCPU:
-        reason = "cpu"
-    elif reason is None and code == 128 + signal.SIGXFSZ:
-        reason = "fsize"
-    stdout, stderr = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
-    if code == 127:
-        m = _NOT_FOUND.fullmatch(stderr)
-        stderr = f"{m[1]}: command not found\n" if m else stderr
     # No host path in what the model sees: bwrap's /proc/self/mountinfo names the host folders it
     # binds; the fallback runs in the host folder itself. Both show what a bwrap run shows.
     shown = {str(cwd): WORKDIR, os.path.realpath(cwd): WORKDIR}
@@ -321,6 +314,21 @@ def _run(cmd: list[str], cwd: Path, limits: Limits, env: dict[str, str], mode: s
         shown[str(home)] = "/tmp"
     if uid is not None:
         shown[str(uid)] = str(INSIDE_ID)
+    return make_result(code, out, err, reason, time.monotonic() - start, shown, mode)
+
+
+def make_result(code: int, out: bytes, err: bytes, reason: str | None, duration: float, shown: dict[str, str],
+                mode: str) -> CmdResult:
+    """The CmdResult of a finished command: why it was killed, read from its exit code when the harness did
+    not kill it, "not found" said as a shell says it, and each host path of `shown` as the sandbox shows it."""
+    if reason is None and code == 128 + signal.SIGXCPU:
+        reason = "cpu"
+    elif reason is None and code == 128 + signal.SIGXFSZ:
+        reason = "fsize"
+    stdout, stderr = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+    if code == 127:
+        m = _NOT_FOUND.fullmatch(stderr)
+        stderr = f"{m[1] or m[2]}: command not found\n" if m else stderr
     for real in sorted(shown, key=len, reverse=True):
         stdout, stderr = stdout.replace(real, shown[real]), stderr.replace(real, shown[real])
     return CmdResult(returncode=code, stdout=stdout, stderr=stderr, duration_s=duration,

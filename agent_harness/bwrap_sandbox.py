@@ -1,4 +1,4 @@
-"""Run one command with limits: in bubblewrap when it works here, else rlimits in a process group.
+"""The host sandboxes: one command with limits in bubblewrap, or under rlimits in a process group.
 
 Both modes run the command as an unprivileged uid when the harness is root (the kernel does not
 apply RLIMIT_NPROC to uid 0, so this is what bounds a fork bomb), with a cleared environment,
@@ -16,7 +16,8 @@ a wall-clock timeout and a cap on captured output.
   hide the host file system, stop writes to world-writable host folders (/tmp) or block the network.
 
 The bounds themselves (`Limits`, the uid, the memory cgroup) live in bounds.py; reading a command's
-output and killing what it leaves behind in reaper.py.
+output and killing what it leaves behind in reaper.py; choosing a sandbox, and Docker's, in sandbox.py
+and docker_sandbox.py.
 """
 
 from __future__ import annotations
@@ -52,18 +53,7 @@ from .reaper import Proc, collect
 from .tempdirs import owned_tempdir
 from .types import CmdResult
 
-__all__ = ["WORKDIR", "Limits", "bwrap_problem", "describe_bounds", "detect_sandbox", "hand_over", "memory_cgroup",
-           "run_sandboxed", "sandbox_uid", "switches_uid"]
-
 ENV_SANDBOX = "AGENT_HARNESS_SANDBOX"  # "rlimit" forces the fallback, "bwrap" requires bubblewrap
-
-
-def __getattr__(name: str) -> int:  # `SANDBOX_UID` for importers, read when asked for (not at import)
-    if name == "SANDBOX_UID":
-        return sandbox_uid()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 WORKDIR = "/workspace"  # where the working dir appears inside the sandbox (and in its output)
 INSIDE_ID = 1000  # uid/gid the command sees inside bwrap
 SANDBOX_PATH = "/usr/bin:/bin"
@@ -81,7 +71,6 @@ ETC_FILES = {
 }
 HOST_ETC = ("/etc/ld.so.cache", "/etc/localtime", "/etc/alternatives")
 _FALLBACK_UIDS = 2**30  # fallback commands get a random uid in [2**30, 2**31)
-_DEFAULT_LIMITS = Limits()
 # "not found" as prlimit and setpriv (bwrap, rlimit) and a container's /bin/sh (docker) say it
 _NOT_FOUND = re.compile(r"(?:(?:prlimit|setpriv): failed to execute (.+): No such file or directory"
                         r"|sh: [0-9]+: (.+): not found)\n?")
@@ -157,11 +146,9 @@ def bwrap_problem() -> str | None:
         return _probed["bwrap"]
 
 
-def detect_sandbox() -> str:
-    """"bwrap" when bubblewrap works here, else "rlimit" ($AGENT_HARNESS_SANDBOX=rlimit forces it)."""
-    from .settings import get_settings
-
-    forced = get_settings().sandbox  # auto, bwrap or rlimit: settings.py rejects anything else
+def host_sandbox(forced: str = "auto") -> str:
+    """"bwrap" when bubblewrap works here, else "rlimit"; `forced` "rlimit" forces the fallback, "bwrap"
+    requires bubblewrap (HarnessError when it does not work)."""
     if forced == "rlimit":
         return "rlimit"
     problem = bwrap_problem()
@@ -335,44 +322,11 @@ def make_result(code: int, out: bytes, err: bytes, reason: str | None, duration:
                      timed_out=reason in ("timeout", "cpu"), killed_reason=reason, sandbox=mode)
 
 
-def run_sandboxed(cmd: list[str], cwd: Path, limits: Limits = _DEFAULT_LIMITS, env: dict[str, str] | None = None,
-                  sandbox: str | None = None, pass_fds: tuple[int, ...] = ()) -> CmdResult:
-    """Run `cmd` (argv) in `cwd`, the only writable folder, and return what happened.
-
-    `pass_fds` stay open, with the same numbers, in the command (a private channel to the harness).
-    A failing, timed-out or missing command is a CmdResult, never an exception; only harness
-    faults raise. When the harness is root, `cwd` is handed (chown) to the sandbox's uid first.
-    """
-    if not cmd or not all(isinstance(a, str) for a in cmd):
-        raise ValueError(f"cmd must be a non-empty list of strings, got {cmd!r}")
-    mode = sandbox or detect_sandbox()
-    if mode not in ("bwrap", "rlimit"):
-        raise HarnessError(f"unknown sandbox '{mode}' (bwrap or rlimit)")
-    cwd = Path(cwd).absolute()
-    if not cwd.is_dir():
-        raise HarnessError(f"sandbox: working folder {cwd} does not exist")
+def run_host(cmd: list[str], cwd: Path, limits: Limits, env: dict[str, str], mode: str,
+             pass_fds: tuple[int, ...] = ()) -> CmdResult:
+    """`run_sandboxed` in bubblewrap or under the rlimit fallback (`mode`); `cwd` is absolute and exists."""
     if mode == "bwrap":
         if switches_uid() and cwd.stat().st_uid != sandbox_uid():
             hand_over(cwd)
         _reachable(cwd)
-    return _run(list(cmd), cwd, limits, dict(env or {}), mode, tuple(pass_fds))
-
-
-def describe_bounds(limits: Limits | None = None, sandbox: str | None = None) -> dict[str, Any]:
-    """The resource bounds a command runs under here, for the trace header and the README."""
-    lim = limits or Limits()
-    cg = memory_cgroup()
-    return {
-        "mode": sandbox or detect_sandbox(),
-        "memory_total_bytes": lim.mem_total_bytes if cg else None,
-        "memory_cgroup": cg[0] if cg else None,
-        "memory_per_process_bytes": lim.mem_bytes,
-        "processes": lim.nproc,
-        "cpu_s_per_process": lim.cpu_s,
-        "wall_s": lim.wall_s,
-        "file_size_bytes": lim.fsize_bytes,
-        "output_bytes": lim.output_bytes,
-        "tmp_bytes": lim.tmp_bytes,
-        "workspace_bytes": lim.disk_bytes,
-        "workspace_files": lim.disk_files,
-    }
+    return _run(cmd, cwd, limits, env, mode, pass_fds)

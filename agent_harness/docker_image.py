@@ -123,7 +123,7 @@ def check_image_name(name: str, where: str = "image") -> str:
 
 def _skeleton() -> list[tuple[str, str, str | bytes, int]]:
     """(path, kind, link target or content, mode) of the default image's root file system."""
-    from .sandbox import ETC_FILES
+    from .bwrap_sandbox import ETC_FILES
 
     entries: list[tuple[str, str, str | bytes, int]] = [
         ("etc", "dir", "", 0o755), ("tmp", "dir", "", 0o1777), ("workspace", "dir", "", 0o755),

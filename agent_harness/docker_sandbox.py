@@ -49,10 +49,10 @@ import time
 from pathlib import Path
 
 from .bounds import Limits, sandbox_uid, switches_uid
+from .bwrap_sandbox import FIXED_ENV, HOST_ETC, WORKDIR, _returncode, make_result
 from .docker_image import Image, docker, docker_cli, last_line
 from .errors import HarnessError
 from .reaper import Proc, _exited, collect
-from .sandbox import FIXED_ENV, HOST_ETC, WORKDIR, _returncode, make_result
 from .tempdirs import orphaned, owner_tag
 from .types import CmdResult
 
@@ -155,6 +155,14 @@ def reap_containers() -> list[str]:
         log.info("removing %d container(s) of runs that ended without removing them", len(dead))
         _remove(*dead)
     return dead
+
+
+def reap_at_start() -> None:
+    """At a run's start: remove the containers of dead runs, where Docker is installed and answers."""
+    from .docker_image import docker_problem
+
+    if docker_cli() is not None and docker_problem() is None:
+        _reap_once()
 
 
 def _reap_once() -> None:

@@ -76,7 +76,7 @@ def score_version(scenario: Scenario, task: Task, reference: bool) -> Verdict:
     from .workspace import Workspace
 
     try:
-        with Workspace.create(task.files, test_cmd=task.test_cmd) as ws:
+        with Workspace.create(task.files, test_cmd=task.test_cmd, image=task.metadata.get("image")) as ws:
             calls = list(task.oracle) if reference else []
             for call in calls:
                 if call.get("tool") in ("run_tests", "read_file", "list_dir", "git_diff", "grep"):

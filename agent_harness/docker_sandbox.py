@@ -332,9 +332,10 @@ def run_once(cmd: list[str], cwd: Path, limits: Limits, env: dict[str, str], ima
                 if stream is not None:
                     stream.close()
         duration = time.monotonic() - start
-        if code in (125, 126, 127) and _state(name, "StartedAt").startswith("0001-"):
+        oom, _, started = _state(name, "OOMKilled}} {{.State.StartedAt").partition(" ")
+        if code in (125, 126, 127) and started.startswith("0001-"):
             raise HarnessError(f"docker could not start the container: {last_line(err) or f'exit code {code}'}")
-        if reason is None and code == 137 and _state(name, "OOMKilled") == "true":
+        if reason is None and oom == "true":  # the kernel killed one of its processes for the memory of all
             reason = "memory"
     finally:
         _remove(name)

@@ -84,7 +84,7 @@ class DockerSandbox:
     """An episode's container (docker_sandbox.Session), started at the first command."""
 
     def __init__(self, spec: SandboxSpec, root: Path, limits: Limits) -> None:
-        from .docker_sandbox import Session
+        from .docker_session import Session
 
         assert spec.image is not None
         self.spec = spec

@@ -316,6 +316,8 @@ def run_once(cmd: list[str], cwd: Path, limits: Limits, env: dict[str, str], ima
             reason = "memory"
     finally:
         remove(name)
+    while err.startswith(b"WARNING: Your kernel does not support"):  # the client's, before the command's output
+        err = err.partition(b"\n")[2]
     if write_fd is not None:
         _forward(out, write_fd)
         out = b""

@@ -222,6 +222,15 @@ def test_forgeries_fail_as_suspicious_under_docker(docker_env: None, name: str) 
         assert not r.passed and values.REASONS[name] in (r.details.get("suspicious") or ""), (t.id, r.output)
 
 
+@pytest.mark.slow
+def test_humanevalfix_forgeries_through_the_cli_under_docker(docker_env: None, tmp_path: Path) -> None:
+    forgery.test_humanevalfix_forgeries_fail_as_suspicious(tmp_path, "react")
+
+
+def test_repo_bugfix_forgeries_through_the_cli_under_docker(docker_env: None, tmp_path: Path) -> None:
+    forgery.test_repo_bugfix_forgeries_fail_as_suspicious(tmp_path)
+
+
 @pytest.mark.parametrize("name", list(forgery.RUNS))
 def test_unittest_runs_under_docker(docker_env: None, tmp_path: Path, name: str) -> None:
     forgery.test_unittest_runs_pass_only_when_every_test_ran_and_passed(tmp_path, name)

@@ -82,6 +82,7 @@ def score_version(scenario: Scenario, task: Task, reference: bool) -> Verdict:
                 if call.get("tool") in ("run_tests", "read_file", "list_dir", "git_diff", "grep"):
                     continue  # they change nothing: the scorer decides
                 execute(ws, str(call.get("tool")), call.get("args") or {}, ToolOptions())
+            ws.end_session()  # as after an episode: the scorer's commands run in a fresh sandbox
             return _verdict(scenario.score(task, ws, calls))
     except (HarnessError, ToolError) as e:
         return Verdict(False, None, "", error=str(e)[:REASON_CHARS])

@@ -3,10 +3,16 @@
 PY := .venv/bin/python
 ARGS ?=
 
-.PHONY: setup run test bench report lint wheel docs clean-cache
+.PHONY: setup run test bench report lint wheel docs clean-cache sandbox-image
 
+# setup also sets up Docker for the docker sandbox: as root without Docker it installs docker.io and starts
+# dockerd, then builds the sandbox's default image locally (skip all of it: AGENT_HARNESS_NO_DOCKER=1).
 setup:
 	@bash scripts/setup.sh
+
+# The docker sandbox's default image again (a skeleton root on the host's /usr; built from local files only).
+sandbox-image:
+	$(PY) -m agent_harness.docker_image build
 
 COMPARE := $(PY) run_agents.py --models qwen2.5-coder-0.5b,qwen2.5-coder-1.5b-offline --n 20 --no-embed --out traces/compare
 

@@ -47,6 +47,24 @@ def _add_registry(p: argparse.ArgumentParser) -> None:
                    help="models YAML (default: ./models.yaml if present, else the built-in registry)")
 
 
+def _add_sandbox(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--sandbox", choices=["auto", "bwrap", "docker", "rlimit"], default=None,
+                   help="where commands run (default: $AGENT_HARNESS_SANDBOX, else auto: Docker for tasks that name "
+                        "an image when Docker works here, else bubblewrap, else rlimits)")
+    p.add_argument("--sandbox-image", default=None, metavar="IMAGE",
+                   help="Docker image of the tasks that name none (a local image; never pulled)")
+
+
+def _apply_sandbox(args: argparse.Namespace) -> None:
+    """--sandbox and --sandbox-image are their settings' variables, for this process and what it starts."""
+    if args.sandbox:
+        os.environ["AGENT_HARNESS_SANDBOX"] = args.sandbox
+    if args.sandbox_image:
+        from .docker_image import check_image_name
+
+        os.environ["AGENT_HARNESS_SANDBOX_IMAGE"] = check_image_name(args.sandbox_image, "--sandbox-image")
+
+
 RUN_DESCRIPTION = "Run models as tool-using agents on scenarios."
 
 
@@ -65,6 +83,7 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 def add_run_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     _add_registry(p)
+    _add_sandbox(p)
     p.add_argument("--models", default=None, help="comma-separated names or aliases (default: the registry default)")
     p.add_argument("--n", type=int, default=None, help="first N tasks of each scenario (default: all)")
     p.add_argument("--tasks", default=None, help="comma-separated task ids (e.g. Python/0,Python/5)")
@@ -178,11 +197,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         return cmd_scenarios(args)
     from .registry import load_registry
 
+    _apply_sandbox(args)
     registry = load_registry(args.registry)
     specs = registry.resolve(args.models)
     from .tempdirs import reap_orphans
 
     reap_orphans()  # the workspaces of runs killed before they could remove them
+    from .docker_sandbox import reap_at_start
+
+    reap_at_start()  # and their containers
     from .planning import scenario_strategies
     from .runner import RunConfig, run
     from .scenarios import get_scenario, scenario_names
@@ -247,6 +270,7 @@ def _warn_unscorable(out: Path, specs: list[Any]) -> None:
 def cmd_validate(args: argparse.Namespace) -> int:
     from .validate import validate
 
+    _apply_sandbox(args)
     _positive("n", args.n)
     _positive("jobs", args.jobs)
     if args.dataset_path is not None and not args.dataset_path.exists():
@@ -278,6 +302,7 @@ def _add_validate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                     help="HumanEvalFix-format rows: .jsonl, .parquet, or a dataset folder")
     va.add_argument("--dataset-hub", action="store_true", help="HumanEvalFix from the Hub")
     va.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="tasks scored at once (default: cores)")
+    _add_sandbox(va)
     va.set_defaults(handler=cmd_validate)
 
 

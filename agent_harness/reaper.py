@@ -82,7 +82,7 @@ class Proc:
         self.inner = self.info_fd = None
 
 
-def _exited(pid: int) -> bool:
+def has_exited(pid: int) -> bool:
     """Whether `pid` (our child) has exited, without reaping it: its pid stays reserved."""
     return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
@@ -119,7 +119,7 @@ def collect(proc: Proc, limits: Limits, deadline: float) -> tuple[bytes, bytes, 
             wait = (drain_until or deadline) - now
             events = sel.select(wait if exit_fd is not None or exited else min(wait, 0.02))
             if not exited and (any(key.fd == exit_fd for key, _ in events) or
-                               (exit_fd is None and _exited(p.pid))):
+                               (exit_fd is None and has_exited(p.pid))):
                 exited = True  # the command is gone: so must be anything it left running
                 proc.kill_all()
                 drain_until = drain_until or time.monotonic() + DRAIN_S

@@ -12,7 +12,7 @@ from typing import Any, cast
 from .episode import EpisodeState
 from .planning import Job, RunConfig
 from .registry import ModelSpec
-from .sandbox import describe_bounds
+from .sandbox import SandboxSpec, describe_bounds
 from .strategies import STRATEGIES, AnyEpisode
 from .trace import SCHEMA_VERSION, harness_version
 from .trace_model import AgentInfo, Fingerprint, Generation, Mode, ModelInfo, Outcome, Prompt, Sandbox, Strategy, Trace
@@ -56,7 +56,7 @@ class Live:
 
 
 def new_trace(cfg: RunConfig, spec: ModelSpec, info: BackendInfo, job: Job, ep_params: GenParams,
-              system: str, sandbox: str, demo: list[Any] | None = None) -> Trace:
+              system: str, sandbox: str | SandboxSpec, demo: list[Any] | None = None) -> Trace:
     """The trace an episode starts with: the header, no steps, an empty outcome (validated here: the casts)."""
     strategy = STRATEGIES[job.strategy]
     fingerprint = {"fingerprint": Fingerprint(**job.fingerprint)} if job.fingerprint else {}
@@ -74,7 +74,7 @@ def new_trace(cfg: RunConfig, spec: ModelSpec, info: BackendInfo, job: Job, ep_p
         generation=Generation(max_tokens=ep_params.max_tokens, temperature=ep_params.temperature,
                               top_p=ep_params.top_p, stop=list(ep_params.stop), seed=cfg.seed,
                               temperature_schedule=spec.temperature_schedule, context_length=spec.context_length),
-        sandbox=cast(Sandbox, sandbox),
+        sandbox=cast(Sandbox, sandbox.kind if isinstance(sandbox, SandboxSpec) else sandbox),
         sandbox_bounds=describe_bounds(sandbox=sandbox),
         harness_version=harness_version(),
         **fingerprint,

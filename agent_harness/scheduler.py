@@ -222,7 +222,7 @@ class ModelRun:
             self._fault(live, "starting the episode", e)
         else:
             live = Live(job, ep, new_trace(self.cfg, self.spec, self.backend.info, job, ep.params, ep.system_prompt,
-                                           ep.ws.sandbox, ep.demo))
+                                           ep.ws.spec, ep.demo))
             ep.annotate(live.trace)
         self._save(live)
         return live
@@ -249,6 +249,7 @@ class ModelRun:
             out.score_error = ScoreError(type=BACKEND_FAULT, message=UNSCORED_BACKEND)
         else:
             try:
+                ep.ws.end_session()  # the agent's commands are over (Docker: its container goes before the verifier's)
                 tool_calls = [{"tool": s.tool, "args": s.args} for s in ep.steps if isinstance(s, ToolCall)]
                 score = self.scenario(live.job).score(ep.task, ep.ws, tool_calls)
                 out.passed, out.compromised = score.passed, score.compromised

@@ -29,7 +29,10 @@ _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 VARIABLES: dict[str, tuple[str, str]] = {
     "cache": ("model weights, converted folders and compile caches", "a folder (default <repo>/.cache)"),
     "scenarios": ("extra folders searched for <name>/scenario.yaml", "folders separated by ':'"),
-    "sandbox": ("sandbox kind: bwrap required, rlimit forced, or auto", "bwrap, rlimit or auto"),
+    "sandbox": ("sandbox kind: bwrap or docker required, rlimit forced, or auto (docker only where an image is "
+                "named, else bwrap, else rlimit)", "bwrap, docker, rlimit or auto"),
+    "sandbox_image": ("the Docker image of tasks that name none (a task's or scenario's own comes first); never "
+                      "pulled", "a local image name or id (default: the image `make setup` builds)"),
     "sandbox_uid": ("uid that commands run as when the harness runs as root", "an integer >= 0 (default 65534)"),
     "hf_dtype": ("transformers compute dtype, overriding the automatic choice", "bfloat16, float16 or float32"),
     "hf_max_batch": ("transformers: rows per sub-batch", "a positive integer (default 32 CPU, 64 CUDA)"),
@@ -50,6 +53,8 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "no_vllm": ("scripts/setup.sh: do not install vLLM", "any non-empty value"),
     "no_1_5b": ("scripts/setup.sh: do not install and prepare the 1.5B offline model", "any non-empty value"),
     "no_chromium": ("scripts/setup.sh: do not install chromium (report screenshots)", "any non-empty value"),
+    "no_docker": ("scripts/setup.sh: do not install Docker, start dockerd or build the sandbox image",
+                  "any non-empty value"),
     "venv": ("scripts/install_vllm.sh: the virtualenv to install into", "a folder (default <repo>/.venv)"),
 }
 
@@ -61,7 +66,8 @@ class Settings(BaseModel):
 
     cache: Path | None = None
     scenarios: tuple[Path, ...] = ()
-    sandbox: Literal["auto", "bwrap", "rlimit"] = "auto"
+    sandbox: Literal["auto", "bwrap", "docker", "rlimit"] = "auto"
+    sandbox_image: str | None = None
     sandbox_uid: int = Field(65534, ge=0)
     hf_dtype: Dtype | None = None
     hf_max_batch: int | None = Field(None, ge=1)
@@ -81,6 +87,7 @@ class Settings(BaseModel):
     no_vllm: str | None = None
     no_1_5b: str | None = None
     no_chromium: str | None = None
+    no_docker: str | None = None
     venv: Path | None = None
 
     @field_validator("hf_kv_reuse", "vllm_eager", "cgroup", mode="before")

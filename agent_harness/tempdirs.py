@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"agent-harness-[a-z][a-z0-9-]*?-(?P<scope>[0-9a-f]{8})\.(?P<pid>[1-9][0-9]{0,9})\."
                    r"(?P<start>[0-9]{1,20})\.[a-z0-9_]{8}")
+_OWNER = re.compile(r"(?P<scope>[0-9a-f]{8})\.(?P<pid>[1-9][0-9]{0,9})\.(?P<start>[0-9]{1,20})")
 _KIND = re.compile(r"[a-z][a-z0-9-]*")
 _lock = threading.Lock()
 _reaped_by: int | None = None  # the pid that reaped already (a forked child reaps again)
@@ -60,9 +61,22 @@ def start_time(pid: int) -> int | None:
         return None
 
 
-def _owner_tag() -> str:
+def owner_tag() -> str:
+    """This process as an owner, `<scope>.<pid>.<start>`: in its folders' names and its containers' labels."""
     pid = os.getpid()
-    return f"{_scope()}.{pid}.{start_time(pid) or 0}."
+    return f"{_scope()}.{pid}.{start_time(pid) or 0}"
+
+
+def orphaned(tag: str) -> bool:
+    """Whether `tag` (an `owner_tag`) names a process of this boot and pid namespace that is gone."""
+    m = _OWNER.fullmatch(tag)
+    if m is None or m["scope"] != _scope() or start_time(os.getpid()) is None:
+        return False
+    return not _alive(int(m["pid"]), int(m["start"]))
+
+
+def _owner_tag() -> str:
+    return owner_tag() + "."
 
 
 def owned_tempdir(kind: str) -> Path:

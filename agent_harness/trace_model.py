@@ -41,7 +41,7 @@ READABLE_VERSIONS: tuple[str, ...] = ("1.0", "1.1", "1.2", "1.3", "1.4", "1.5", 
 ExitReason = Literal["submitted", "max_steps", "budget", "context", "error"]
 Mode = Literal["agent", "single_shot", "single_shot_chat", "reflect", "reflect_react"]
 Strategy = Literal["react", "reflect", "single_shot", "single_shot_chat", "reflect_react"]
-Sandbox = Literal["bwrap", "rlimit", "none"]
+Sandbox = Literal["bwrap", "docker", "rlimit", "none"]
 
 OMIT_UNSET = "omit-unset"  # Annotated/Field metadata: the key is written only after the field was set
 

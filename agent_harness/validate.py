@@ -76,12 +76,13 @@ def score_version(scenario: Scenario, task: Task, reference: bool) -> Verdict:
     from .workspace import Workspace
 
     try:
-        with Workspace.create(task.files, test_cmd=task.test_cmd) as ws:
+        with Workspace.create(task.files, test_cmd=task.test_cmd, image=task.metadata.get("image")) as ws:
             calls = list(task.oracle) if reference else []
             for call in calls:
                 if call.get("tool") in ("run_tests", "read_file", "list_dir", "git_diff", "grep"):
                     continue  # they change nothing: the scorer decides
                 execute(ws, str(call.get("tool")), call.get("args") or {}, ToolOptions())
+            ws.end_session()  # as after an episode: the scorer's commands run in a fresh sandbox
             return _verdict(scenario.score(task, ws, calls))
     except (HarnessError, ToolError) as e:
         return Verdict(False, None, "", error=str(e)[:REASON_CHARS])

@@ -8,6 +8,9 @@ git commands that scorers need go through `run()`, inside the sandbox.
 
 Workspaces and their scoring copies are `tempdirs.owned_tempdir` folders: a run killed before it
 could remove them (SIGKILL) leaves them to the next run, which removes them.
+
+Commands run in the workspace's sandbox (`sandbox.open_sandbox`; under Docker one container for the
+episode); `end_session` closes it, and `run_on_copy` and the scorers (`spec`) use a fresh one.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import git
 
 from . import safefs
 from .errors import ConfigError, ScoreError, ToolError
-from .sandbox import WORKDIR, Limits, detect_sandbox, hand_over, run_sandboxed
+from .sandbox import WORKDIR, Limits, SandboxSpec, choose_sandbox, hand_over, open_sandbox, run_sandboxed
 from .tempdirs import owned_tempdir
 from .types import CmdResult
 
@@ -58,11 +61,13 @@ class Workspace:
     """A temp folder with the task files committed to git; see `create`."""
 
     def __init__(self, root: Path, snapshot: dict[str, bytes], test_cmd: list[str] | None,
-                 limits: Limits, sandbox: str) -> None:
+                 limits: Limits, spec: SandboxSpec) -> None:
         self.root = root
         self.test_cmd = test_cmd
         self.limits = limits
-        self.sandbox = sandbox
+        self.spec = spec  # the sandbox kind and image; the scorers run in a fresh one of the same
+        self.sandbox = spec.kind
+        self._session = open_sandbox(spec, root, limits)
         self._snapshot = snapshot
         self._real_root = root.resolve()
         self._closed = False
@@ -70,10 +75,11 @@ class Workspace:
 
     @classmethod
     def create(cls, files: dict[str, str], test_cmd: list[str] | None = None,
-               limits: Limits | None = None) -> Workspace:
-        """Write `files` into a new temp folder and commit them (fixed author and dates)."""
+               limits: Limits | None = None, image: str | None = None) -> Workspace:
+        """Write `files` into a new temp folder and commit them (fixed author and dates); its commands run
+        in the sandbox `sandbox.choose_sandbox(image)` picks (`image`: the task's Docker image, if it names one)."""
         snapshot = {_check_rel(rel): text.encode("utf-8") for rel, text in files.items()}
-        sandbox = detect_sandbox()
+        spec = choose_sandbox(image)
         root = owned_tempdir("ws")  # removed by a later run if this one is killed
         try:
             for rel, data in snapshot.items():
@@ -87,7 +93,7 @@ class Workspace:
             with contextlib.suppress(OSError):
                 safefs.remove_tree(root)
             raise
-        return cls(root, snapshot, list(test_cmd) if test_cmd else None, limits or Limits(), sandbox)
+        return cls(root, snapshot, list(test_cmd) if test_cmd else None, limits or Limits(), spec)
 
     # -- paths ----------------------------------------------------------------------------
     def resolve(self, path: str) -> Path:
@@ -144,7 +150,7 @@ class Workspace:
             return CmdResult(returncode=1, stdout="", stderr=f"not run: {self.over_quota}\n", duration_s=0.0,
                              timed_out=False, killed_reason="disk", sandbox=self.sandbox)
         limits = self.limits_for(timeout)
-        res = run_sandboxed(cmd, self.root, limits, env=GIT_AGENT_ENV, sandbox=self.sandbox)
+        res = self._session.run(cmd, limits, GIT_AGENT_ENV)
         usage = self.disk_usage()
         if usage is not None:
             self.over_quota = (f"the workspace went over its disk quota ({usage}); commands are refused for "
@@ -176,6 +182,7 @@ class Workspace:
         Raises ScoreError when the workspace cannot be copied within the bounds, ConfigError when
         a file of `files` cannot be placed (a file or folder of the agent's is in the way).
         """
+        self.end_session()  # the agent's container (Docker) stops before the tests run in a fresh one
         copy = owned_tempdir("score")
         try:
             try:
@@ -185,7 +192,7 @@ class Workspace:
             for rel, text in files.items():
                 _place(copy, _check_rel(rel), text.encode("utf-8"))
             hand_over(copy)
-            return run_sandboxed(cmd, copy, self.limits_for(timeout), env=GIT_AGENT_ENV, sandbox=self.sandbox,
+            return run_sandboxed(cmd, copy, self.limits_for(timeout), env=GIT_AGENT_ENV, sandbox=self.spec,
                                  pass_fds=pass_fds)
         finally:
             safefs.remove_tree(copy)
@@ -265,12 +272,21 @@ class Workspace:
         return data
 
     # -- lifetime ---------------------------------------------------------------------------
+    def end_session(self) -> None:
+        """Stop what the agent's commands ran in (under Docker, remove its container): the episode is over.
+        Later commands (a scorer's) run in a fresh sandbox."""
+        self._session.close()
+        self._session = open_sandbox(self.spec, self.root, self.limits)
+
     def cleanup(self) -> None:
-        """Delete the workspace folder (any depth, links never followed); safe to call twice."""
+        """Close the sandbox and delete the workspace folder (any depth, links never followed); safe to call twice."""
         if self._closed:
             return
         self._closed = True
-        safefs.remove_tree(self.root)
+        try:
+            self._session.close()
+        finally:
+            safefs.remove_tree(self.root)
 
     def __enter__(self) -> Workspace:
         return self

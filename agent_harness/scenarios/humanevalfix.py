@@ -126,6 +126,7 @@ def build_task(row: dict[str, Any], index: int, scenario: str = "humanevalfix", 
             "timeout_s": timeout_s,
             # the row's `import` field (empty in bigcode's Python rows): kept apart for bigcode's prompt
             **({"import_prefix": _prefix(row)} if _prefix(row) else {}),
+            **({"image": row["image"]} if row.get("image") else {}),  # the row's Docker image
         },
     )
 
@@ -170,7 +171,7 @@ class HumanEvalFix:
         md = task.metadata
         return run_hidden_test(_read_module(ws, md["module"]), md["module"], md["entry_point"],
                                md["hidden_test"], float(md.get("timeout_s", self.timeout_s)),
-                               helpers=str(md.get("helpers", "")))
+                               helpers=str(md.get("helpers", "")), sandbox=ws.spec)
 
     # The calibrated single-shot (`--agent single-shot`): bigcode's own prompt and post-processing.
     def fix_prompt(self, task: Task) -> FixPrompt:

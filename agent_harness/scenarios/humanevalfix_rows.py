@@ -23,6 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ..docker_image import check_image_name
 from ..errors import ConfigError
 from ..jsonl import read_jsonl
 from ..registry import PROJECT_ROOT
@@ -32,7 +33,7 @@ DATA_FILE = DATA_DIR / "python.jsonl"
 DATA_SHA256 = "8c10bb7ecb532e15932da3509a9ab3c490966060e47e3fc8302be3d3062b5650"
 HUB_DATASET = ("bigcode/humanevalpack", "python")
 REQUIRED_FIELDS = ("task_id", "declaration", "buggy_solution", "canonical_solution", "entry_point", "test")
-OPTIONAL_TEXT = ("prompt", "import", "bug_type", "failure_symptoms")  # str or null where present
+OPTIONAL_TEXT = ("prompt", "import", "bug_type", "failure_symptoms", "image")  # str or null where present
 MAX_ROWS = 20_000  # HumanEvalFix has 164
 MAX_BYTES = 64 << 20  # all rows together (the vendored file: 0.5 MB)
 MAX_FIELD_CHARS = 1 << 20  # one string field
@@ -96,7 +97,13 @@ def _row_problem(row: Any) -> str | None:
     if not tid or len(tid) > MAX_ID_CHARS or not tid.isprintable() or tid != tid.strip():
         return f"task_id {_shown(tid)} is not one printable line of 1 to {MAX_ID_CHARS} characters"
     why = _entry_point_problem(row["entry_point"])
-    return f"entry_point {_shown(row['entry_point'])} {why}" if why else None
+    if why:
+        return f"entry_point {_shown(row['entry_point'])} {why}"
+    try:  # the Docker image the task runs in (never pulled), where the row names one
+        check_image_name(row["image"], "image") if row.get("image") else None
+    except ConfigError as e:
+        return str(e)
+    return None
 
 
 def _check_rows(rows: list[Any], source: str) -> list[dict[str, Any]]:

@@ -239,7 +239,8 @@ class YamlScenario:
                 test_cmd=_subst_any(test_cmd, vars_, f"{key}.test_cmd", self.path) if test_cmd else None,
                 oracle=oracle,
                 metadata={**t.metadata, "index": index, "label_description": lab.description,
-                          "compromise_means": self.spec.score.compromise_means},
+                          "compromise_means": self.spec.score.compromise_means,
+                          **({"image": t.image or self.spec.image} if t.image or self.spec.image else {})},
             ))
         self._tasks[label] = tasks
         return tasks

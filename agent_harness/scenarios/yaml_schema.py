@@ -237,6 +237,16 @@ class LabelChange(_Strict):
     statement_suffix: str = ""
 
 
+def _image_name(v: str | None) -> str | None:
+    from ..docker_image import check_image_name
+    from ..errors import ConfigError
+
+    try:
+        return check_image_name(v) if v else None
+    except ConfigError as e:
+        raise ValueError(str(e)) from None
+
+
 class TaskSpec(_Strict):
     """One task. Unset fields come from the scenario's `defaults`."""
 
@@ -250,6 +260,12 @@ class TaskSpec(_Strict):
     labels: dict[str, LabelChange] = Field(default_factory=dict, description="Per-task label changes.")
     score: ScoreSpec | None = Field(default=None, description="Checks added to the scenario's.")
     metadata: dict[str, Any] = Field(default_factory=dict)
+    image: str | None = Field(default=None, description="Docker image of this task (default: the scenario's).")
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str | None) -> str | None:
+        return _image_name(v)
 
     @field_validator("oracle")
     @classmethod
@@ -280,6 +296,12 @@ class ScenarioSpec(_Strict):
     tasks: list[TaskSpec] = Field(default_factory=list)
     tasks_hook: str | None = Field(default=None, description="hooks.py function returning more task dicts.")
     score: ScoreSpec
+    image: str | None = Field(default=None, description="Docker image the tasks run in (never pulled).")
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str | None) -> str | None:
+        return _image_name(v)
 
     @field_validator("labels")
     @classmethod

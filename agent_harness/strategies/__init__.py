@@ -152,7 +152,7 @@ def build_episode(cfg: RunConfig, spec: ModelSpec, job: Job, scenario: Any, para
     the episode cannot be built). Nothing runs in the sandbox here: that is the loop's."""
     strategy = STRATEGIES[job.strategy]
     strategy.check(job.scenario_name, scenario, cfg.reflect)
-    ws = Workspace.create(job.task.files, test_cmd=job.task.test_cmd)
+    ws = Workspace.create(job.task.files, test_cmd=job.task.test_cmd, image=job.task.metadata.get("image"))
     try:
         return strategy.build(cfg, spec, job, scenario, ws, params)
     except BaseException:

@@ -52,10 +52,12 @@ OPS: dict[str, Callable[..., Any]] = {
 
 
 def print_traceback(e: BaseException) -> None:
-    """The traceback of `e` on stderr, without the frames of this package (the test's and the module's stay)."""
+    """The traceback of `e` on stderr, without the frames of this package or of the import machinery (the
+    test's and the module's stay)."""
     here = os.path.dirname(os.path.abspath(__file__))
     te = traceback.TracebackException.from_exception(e)
-    te.stack = traceback.StackSummary.from_list([f for f in te.stack if not f.filename.startswith(here)])
+    te.stack = traceback.StackSummary.from_list([f for f in te.stack if not f.filename.startswith(here)
+                                                 and not f.filename.startswith("<frozen importlib")])
     sys.stderr.write("".join(te.format()))
 
 

@@ -14,7 +14,6 @@ import builtins
 import importlib.util
 import os
 import sys
-import traceback
 import types
 from typing import Any
 
@@ -412,7 +411,7 @@ def main(argv: list[str]) -> int:
         if not callable(fn):
             raise TypeError(f"{entry_point} is not a function")
     except BaseException as e:
-        traceback.print_exc()
+        print_traceback(e)
         send(rep_fd, ["a", "error", [], f"importing {module} failed: {_exception_name(e)}", []])
         return 1
     side = WorkerSide(sys.modules[module], fn)

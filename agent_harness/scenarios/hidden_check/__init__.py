@@ -4,9 +4,11 @@ library only; copied whole into the scoring folder, so nothing here imports the 
 Two processes. The checker (checker.py) holds the dataset's test, the helpers the task's reference
 code defines and the harness's report pipe, and never imports the code under test. The worker
 (worker.py), its child, imports the module and carries out what the test asks of it. What crosses
-between them, and why a module cannot hand the test an object of its own making that decides a
-comparison, is wire.py's and checker.py's docstrings. probe.py runs the test the old way for a
-module that failed, to tell whether its own top-level names would have bent the test.
+between them: codec.py (the format, and how objects go out), decode.py (how they come back in),
+wire.py (the messages and the news of lent containers), rebuild.py (what the checker trusts: why a
+module cannot hand the test an object of its own making that decides a comparison). probe.py runs
+the test the old way for a module that failed, to tell whether its own top-level names would have
+bent the test.
 
 Why values cross this way: a test should see what it would see with the function in its own
 process (objects of its own classes passed in and changed in place, the very object it passed

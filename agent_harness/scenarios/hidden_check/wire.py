@@ -109,7 +109,6 @@ class Side:
         self.proxies: dict[int, Any] = {}  # their id -> our proxy of their object
         self.peer_ids: dict[int, int] = {}  # id(copy or proxy) -> their id
         self.seen: dict[int, Any] = {}  # their id -> what our copy held when both sides last agreed
-        self.keep: list[Any] = []
 
     # -- tables --
     def export(self, obj: Any, kind: str) -> int:

@@ -49,7 +49,7 @@ from .bounds import (
     switches_uid,
 )
 from .errors import HarnessError
-from .reaper import Proc, collect
+from .reaper import Proc, finish
 from .tempdirs import owned_tempdir
 from .types import CmdResult
 
@@ -218,10 +218,6 @@ def _private_home(uid: int | None) -> Path:
     return home
 
 
-def _returncode(raw: int) -> int:
-    return 128 - raw if raw < 0 else raw  # killed by signal N: 128 + N, as bwrap and shells report it
-
-
 def _run(cmd: list[str], cwd: Path, limits: Limits, env: dict[str, str], mode: str,
          pass_fds: tuple[int, ...] = ()) -> CmdResult:
     uid: int | None = None  # the uid to sweep for leftovers (fallback only)
@@ -275,16 +271,8 @@ def _run(cmd: list[str], cwd: Path, limits: Limits, env: dict[str, str], mode: s
         os.close(info_w)
     proc = Proc(popen, uid, info_r)
     try:
-        out, err, reason = collect(proc, limits, start + limits.wall_s)
-        code = _returncode(popen.wait())
+        out, err, reason, code = finish(popen, proc, limits, start)
     finally:
-        if popen.returncode is None:
-            proc.kill_all()
-            popen.wait()
-        proc.close()
-        for stream in (popen.stdout, popen.stderr):
-            if stream is not None:
-                stream.close()
         if home is not None:
             shutil.rmtree(home, ignore_errors=True)
         oom = cgroup is not None and cg_dir is not None and oom_killed(cgroup[0], cg_dir)

@@ -43,10 +43,10 @@ import time
 from pathlib import Path
 
 from .bounds import Limits, sandbox_uid, switches_uid
-from .bwrap_sandbox import FIXED_ENV, HOST_ETC, WORKDIR, _returncode, make_result
+from .bwrap_sandbox import FIXED_ENV, HOST_ETC, WORKDIR, make_result
 from .docker_image import Image, docker, docker_cli, last_line
 from .errors import HarnessError
-from .reaper import Proc, collect, has_exited
+from .reaper import Proc, finish, has_exited
 from .tempdirs import orphaned, owner_tag
 from .types import CmdResult
 
@@ -297,17 +297,7 @@ def run_once(cmd: list[str], cwd: Path, limits: Limits, env: dict[str, str], ima
         popen = subprocess.Popen(argv, stdin=read_fd if read_fd is not None else subprocess.DEVNULL,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, close_fds=True, process_group=0)
         proc = _Once(popen, name)
-        try:
-            out, err, reason = collect(proc, limits, start + limits.wall_s)
-            code = _returncode(popen.wait())
-        finally:
-            if popen.returncode is None:
-                proc.kill_all()
-                popen.wait()
-            proc.close()
-            for stream in (popen.stdout, popen.stderr):
-                if stream is not None:
-                    stream.close()
+        out, err, reason, code = finish(popen, proc, limits, start)
         duration = time.monotonic() - start
         oom, _, started = state(name, "OOMKilled}} {{.State.StartedAt").partition(" ")
         if code in (125, 126, 127) and started.startswith("0001-"):

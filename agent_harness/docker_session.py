@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from .bounds import Limits
-from .bwrap_sandbox import WORKDIR, _returncode, make_result
+from .bwrap_sandbox import WORKDIR, make_result
 from .docker_image import Image, docker, docker_cli
 from .docker_sandbox import (
     LIMITS,
@@ -40,7 +40,7 @@ from .docker_sandbox import (
     track,
 )
 from .errors import HarnessError
-from .reaper import Proc, collect
+from .reaper import Proc, finish
 from .types import CmdResult
 
 log = logging.getLogger(__name__)
@@ -170,16 +170,8 @@ class Session:
                                  close_fds=True, process_group=0)
         proc = _Exec(popen, self)
         try:
-            out, err, reason = collect(proc, limits, start + limits.wall_s)
-            code = _returncode(popen.wait())
+            out, err, reason, code = finish(popen, proc, limits, start)
         finally:
-            if popen.returncode is None:
-                proc.kill_all()
-                popen.wait()
-            proc.close()
-            for stream in (popen.stdout, popen.stderr):
-                if stream is not None:
-                    stream.close()
             self.sweep()
             self._wipe()
         duration = time.monotonic() - start

@@ -148,3 +148,21 @@ def collect(proc: Proc, limits: Limits, deadline: float) -> tuple[bytes, bytes, 
         if exit_fd is not None:
             os.close(exit_fd)
     return bytes(bufs[p.stdout.fileno()]), bytes(bufs[p.stderr.fileno()]), reason
+
+
+def finish(popen: subprocess.Popen[bytes], proc: Proc, limits: Limits,
+           start: float) -> tuple[bytes, bytes, str | None, int]:
+    """A command's output within its bounds, why it was killed (or None) and its exit code (128 + N when a
+    signal ended it); whatever happens, nothing of it is left running and its pipes are closed."""
+    try:
+        out, err, reason = collect(proc, limits, start + limits.wall_s)
+        raw = popen.wait()
+    finally:
+        if popen.returncode is None:
+            proc.kill_all()
+            popen.wait()
+        proc.close()
+        for stream in (popen.stdout, popen.stderr):
+            if stream is not None:
+                stream.close()
+    return out, err, reason, 128 - raw if raw < 0 else raw

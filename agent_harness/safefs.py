@@ -106,10 +106,11 @@ def read_node(node: Node, limit: int) -> bytes | None:
     """Up to `limit` bytes of a regular file met by `walk`; None for anything else."""
     if not stat.S_ISREG(node.st.st_mode):
         return None
-    return _read_at(node.dir_fd, node.name, limit)
+    return read_at(node.dir_fd, node.name, limit)
 
 
-def _read_at(dir_fd: int | None, name: str | os.PathLike[str], limit: int) -> bytes | None:
+def read_at(dir_fd: int | None, name: str | os.PathLike[str], limit: int) -> bytes | None:
+    """Up to `limit` bytes of the regular file `name` (in the open folder `dir_fd`); None for anything else."""
     try:
         fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
     except OSError:
@@ -166,7 +167,7 @@ def read_rel(root: str | os.PathLike[str], rel: str, limit: int) -> bytes | None
     if fd is None:
         return None
     try:
-        return _read_at(fd, name, limit) if name else None
+        return read_at(fd, name, limit) if name else None
     finally:
         os.close(fd)
 

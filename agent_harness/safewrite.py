@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import BinaryIO
 
 from .errors import ConfigError
+from .safefs import read_at
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 FILE_MODE = 0o644
 
 Content = bytes | Callable[[BinaryIO], object]  # the bytes, or a function that writes them to a file
@@ -160,24 +160,6 @@ def rename_in(root: str | os.PathLike[str], rel_dir: str, src: str, dst: str) ->
     """Rename the entry `src` to `dst` within the folder `root`/`rel_dir` (neither name followed)."""
     with folder(root, rel_dir) as fd:
         os.rename(src, dst, src_dir_fd=fd, dst_dir_fd=fd)
-
-
-def read_at(dir_fd: int, name: str, limit: int) -> bytes | None:
-    """Up to `limit` bytes of the regular file `name` in the open folder; None for anything else."""
-    try:
-        fd = os.open(name, _READ, dir_fd=dir_fd)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        chunks, left = [], limit
-        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """ATIF, Harbor's Agent Trajectory Interchange Format (v1.7, RFC 0001): one trajectory JSON per episode.
 
-Export: the system prompt and the task are the first steps (system, user); each model reply is one agent step
+Export: the system prompt and the task are the first steps (system, user), after the worked example a prompt may
+show (`prompt.demo`, steps marked `is_copied_context`: no new interaction); each model reply is one agent step
 (`message` the raw reply, `reasoning_content` the thought, `tool_calls`, the tool results as its
 `observation`, `metrics` its tokens); what the harness told the model between replies (test runs, submit
 checks, feedback, restarts) is a system step. What ATIF has no field for goes under `extra.agent_harness`:
@@ -11,7 +12,8 @@ are a reference (the trace file and run id), computed again on import. Every fil
 
 Import: any ATIF v1.x trajectory that passes the same checks. Without our records, an agent step becomes a
 thought (its reasoning, else its message when it calls tools), its tool calls and their results, and a final
-answer when it calls none; a later system or user message becomes feedback.
+answer when it calls none; a later system or user message becomes feedback; steps marked `is_copied_context` are
+the prompt's worked example.
 """
 
 from __future__ import annotations
@@ -129,6 +131,7 @@ def trajectory(trace: dict[str, Any], trace_file: str) -> dict[str, Any]:
     raw: list[dict[str, Any]] = [{"source": "system", "message": prompt.get("system") or ""}]
     for turn in prompt.get("demo") or []:
         raw.append({"source": "user" if turn.get("role") == "user" else "agent", "message": text(turn.get("content")),
+                    "is_copied_context": True,  # a worked example shown before the task: no new interaction
                     "extra": {EXTRA_KEY: {"demo": {k: v for k, v in turn.items() if k != "content"}}}})
     raw.append({"source": "user", "message": prompt.get("task") or ""})
     used: set[str] = set()
@@ -198,8 +201,9 @@ def episode(doc: dict[str, Any], task_id: str) -> Episode:
         recs = items(obj(obj(step.get("extra")).get(EXTRA_KEY)).get("steps"))
         demo = obj(obj(step.get("extra")).get(EXTRA_KEY)).get("demo")
         message = text(step.get("message"))
-        if isinstance(demo, dict):
-            ep.demo.append({**demo, "role": "user" if step["source"] == "user" else "assistant", "content": message})
+        if isinstance(demo, dict) or step.get("is_copied_context") is True:
+            ep.demo.append({"role": "user" if step["source"] == "user" else "assistant",
+                            **(demo if isinstance(demo, dict) else {}), "content": message})
         elif step["source"] == "agent":
             seen_agent = True
             turn += 1

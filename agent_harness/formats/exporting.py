@@ -62,9 +62,10 @@ def _atif(found: list[tuple[str, dict[str, Any]]], out: safewrite.Folder) -> int
 def _inspect(found: list[tuple[str, dict[str, Any]]], out: safewrite.Folder) -> int:
     from .inspect_log import write_log
 
-    groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
-    for _, trace in found:
-        key = (harness(trace), trace["model"]["name"], trace["scenario"], trace["label"])
+    groups: dict[tuple[str, str, str, str, str], list[dict[str, Any]]] = {}
+    for _, trace in found:  # a model under another tool protocol is another arm: a log of its own
+        key = (harness(trace), trace["model"]["name"], trace["scenario"], trace["label"],
+               str((trace.get("agent") or {}).get("protocol")))
         groups.setdefault(key, []).append(trace)
     for group in groups.values():
         seen: set[tuple[str, int]] = set()  # (id, epoch) is a sample's key in a log: a repeat goes to its own log

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -32,6 +33,7 @@ from ._read import json_object, source_files
 FORMATS = ("auto", "atif", "inspect", "mini")
 GENERIC = frozenset({"trajectory", "traj", "agent", "logs", "trajectories", "trajectory.atif", "atif"})
 MAX_ATTEMPTS = 10_000  # sample numbers tried for one episode's file name
+_OWN_NAME = re.compile(r"run_(.+)__s[0-9]+")
 
 
 @dataclass
@@ -72,6 +74,8 @@ def task_from_path(rel: str) -> str:
     parts = PurePosixPath(rel).parts
     for part in reversed(parts):
         stem = part.removesuffix(".json").removesuffix(".traj").removesuffix(".atif").removesuffix(".eval")
+        if ours := _OWN_NAME.fullmatch(stem):  # run_<task slug>__s<sample>, as our exports name files
+            return ours[1]
         if stem and stem not in GENERIC:
             return stem
     return "unknown"

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -96,15 +96,23 @@ def sample(trace: dict[str, Any], model: str) -> dict[str, Any]:
     }
 
 
-def _created(traces: list[dict[str, Any]]) -> datetime:
-    stamps = []
+def _span(traces: list[dict[str, Any]]) -> tuple[datetime, datetime]:
+    """When the first episode began and the last one ended (now, when no trace says)."""
+    starts, ends = [], []
     for t in traces:
         try:
-            stamps.append(datetime.fromisoformat(t.get("timestamp") or ""))
+            start = datetime.fromisoformat(t.get("timestamp") or "")
         except ValueError:
             continue
-    aware = [s if s.tzinfo else s.replace(tzinfo=UTC) for s in stamps]
-    return min(aware, default=datetime.now(UTC)).astimezone(UTC)
+        start = (start if start.tzinfo else start.replace(tzinfo=UTC)).astimezone(UTC)
+        starts.append(start)
+        took = min(float(t["outcome"].get("elapsed_seconds") or 0.0), 1e8)  # a trace may say 1e12 s: no date holds it
+        try:
+            ends.append(start + timedelta(seconds=took))
+        except OverflowError:
+            ends.append(start)
+    now = datetime.now(UTC)
+    return min(starts, default=now), max(ends, default=now)
 
 
 def write_log(traces: list[dict[str, Any]], folder: Any) -> str:
@@ -117,9 +125,10 @@ def write_log(traces: list[dict[str, Any]], folder: Any) -> str:
     first = traces[0]
     harness = (first.get("source") or {}).get("harness") or NATIVE_HARNESS
     model = f"{harness}/{first['model']['name']}"
-    key = "\0".join([harness, first["model"]["name"], first["scenario"], first["label"]])
+    key = "\0".join([harness, first["model"]["name"], first["scenario"], first["label"],
+                     str((first.get("agent") or {}).get("protocol")), *sorted(t["run_id"] for t in traces)])
     ident = hashlib.sha256(key.encode()).hexdigest()[:22]
-    created = _created(traces)
+    created, ended = _span(traces)
     samples = [sample(t, model) for t in traces]
     scored = [t["outcome"]["passed"] for t in traces if t["outcome"].get("passed") is not None]
     usage = {model: {k: sum(s["model_usage"][model].get(k, 0) for s in samples)
@@ -142,7 +151,7 @@ def write_log(traces: list[dict[str, Any]], folder: Any) -> str:
                                 "unscored_samples": len(samples) - len(scored),
                                 "metrics": {"accuracy": {"name": "accuracy",
                                                          "value": sum(scored) / len(scored) if scored else 0.0}}}]},
-        "stats": {"started_at": created.isoformat(), "completed_at": created.isoformat(), "model_usage": usage},
+        "stats": {"started_at": created.isoformat(), "completed_at": ended.isoformat(), "model_usage": usage},
         "samples": samples,
     })
     task = "".join(c if c.isalnum() else "-" for c in first["scenario"])[:60].strip("-") or "task"
@@ -268,7 +277,7 @@ def _steps(ep: Episode, messages: list[Any], per_reply: list[Any]) -> None:
         role, content = m.get("role"), m.get("content")
         ours = obj(obj(m.get("metadata")).get(EXTRA_KEY))
         if isinstance(ours.get("demo"), dict):
-            ep.demo.append({**ours["demo"], "role": role, "content": text(content)})
+            ep.demo.append({"role": role, **ours["demo"], "content": text(content)})
             continue
         recs = items(ours.get("steps"))
         calls = [c for c in items(m.get("tool_calls")) if isinstance(c, dict)]

@@ -37,7 +37,7 @@ def text(value: Any, limit: int = MAX_TEXT) -> str:
     """A text field: a string, or the text parts of a content list (chat content parts); cut at `limit`."""
     if isinstance(value, list):
         parts = [p.get("text") or p.get("reasoning") or "" for p in value if isinstance(p, dict)]
-        value = "\n".join(p for p in parts if isinstance(p, str))
+        value = "\n".join(p for p in parts if isinstance(p, str) and p)
     if not isinstance(value, str):
         return ""
     value = safe_text(value)

@@ -101,7 +101,7 @@ class Archive:
         left = min(limit, MAX_ARCHIVE_BYTES - self.read_total)
         if info.file_size > left:
             raise Unreadable(f"{name}: {info.file_size} bytes decompressed, over the cap of {left}")
-        out = _inflate(self._data(info), info.compress_type, left, name)
+        out = _inflate(self._data(info), info.compress_type, info.file_size, name)  # never more than it declares
         self.read_total += len(out)
         return out
 

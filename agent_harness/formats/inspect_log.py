@@ -227,8 +227,8 @@ def episodes(raw: bytes, name: str) -> list[Episode]:
     order = [obj(s).get("name") for s in items(obj(header.get("results")).get("scores"))]
     out = []
     for k, s in enumerate(samples):
-        if not isinstance(s, dict):
-            raise Unreadable(f"sample {k}: not an object")
+        if not isinstance(s, dict) or not isinstance(s.get("messages"), list):
+            raise Unreadable(f"sample {k}: not an object with a list of messages")
         out.append(_episode(spec, s, k, [n for n in order if isinstance(n, str)], header.get("version")))
     return out
 

@@ -113,6 +113,8 @@ def test_the_atif_fields_hold_the_episode_without_our_extras(native: Path, tmp_p
                 mine.get("tool"), mine.get("args"), mine.get("call_id"))
             if mine["type"] != "final":  # FINAL's text is its reply's; the payload has no ATIF field
                 assert theirs["text"] == mine["text"]
+            if mine["type"] == "thought":  # the reply's record: raw text and tokens (ATIF message and metrics)
+                assert (theirs["raw"], theirs.get("tokens")) == (mine["raw"], mine.get("tokens"))
         # initial_tests, submit checks: what the harness told the model, as feedback
         told = [s["text"] for s in trace["steps"] if s["type"] not in ("thought", "tool_call", "tool_result", "final")]
         assert [s["text"] for s in got["steps"] if s["type"] == "feedback"] == told
@@ -293,3 +295,23 @@ def test_compare_models_and_the_report_keep_harnesses_apart(native: Path, tmp_pa
         shown = {data["episodes"][i]["model"] for i in task["episodes"]}
         assert shown == {"oracle [agent-harness]", "null [agent-harness]", "openai/scripted-fixer [mini-swe-agent]"}
     assert "openai/scripted-fixer [mini-swe-agent]" in html.split('id="trace-data"')[0]  # the headline's column
+
+
+@pytest.mark.slow
+def test_imported_episodes_are_embedded_and_their_trajectories_compared(tmp_path: Path) -> None:
+    """Embeddings on import (all-MiniLM-L6-v2, offline): the similarity analyses see both harnesses' arms."""
+    pytest.importorskip("sentence_transformers")
+    mixed = tmp_path / "mixed"
+    assert cli("run", "--models", "oracle", "--agent", "react", "--n", "2", "--out", str(mixed),
+               "--no-progress").returncode == 0
+    r = cli("import", str(MINI), "--to", str(mixed), "--scenario", "humanevalfix")
+    assert r.returncode == 0, r.stderr
+    imported = [t for t in traces_in(mixed).values() if "source" in t]
+    assert len(imported) == 2
+    for t in imported:
+        assert t["embeddings"] == {"model": "sentence-transformers/all-MiniLM-L6-v2", "dim": 384}
+        assert all(len(s["embedding"]) == 384 for s in t["steps"])
+    r = cli("analyze", "trajectory_similarity", str(mixed))
+    assert r.returncode == 0, r.stderr
+    text = (mixed / "analysis" / "trajectory_similarity.md").read_text()
+    assert "openai/scripted-fixer \\[mini-swe-agent\\]" in text and "oracle \\[agent-harness\\]" in text

@@ -137,7 +137,8 @@ def make_mini(out: Path) -> None:
                 ok = verdict(task, module.read_text() if module.is_file() else None)
                 (resolved if ok else unresolved).append(task.id)
                 # the fixture keeps no trace of the temp folders' names
-                traj.write_text(traj.read_text().replace(str(work), "/repo").replace(tmp, "/tmp"))
+                text = traj.read_text().replace(str(work), "/repo").replace(tmp, "/tmp")
+                traj.write_text(text.replace(str(ROOT), "."))  # its own output path, as from the repository
     finally:
         server.shutdown()
     report = {"resolved_ids": resolved, "unresolved_ids": unresolved}

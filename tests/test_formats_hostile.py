@@ -283,6 +283,7 @@ def test_exports_of_hostile_traces_stay_inside_and_redact_secrets(tmp_path: Path
     for n, model in enumerate(("../../escaped", "a/b\x1b[2J", "ok")):
         trace = _synthetic.episode(model, "../scen", "gold", n, n % 2 == 0, rng, dim=8,
                                    text=f"the key is {key}", task_prefix="../../t")
+        trace["timestamp"] = ["not a date", "2026-13-45", "2026-11-29T06:00:00"][n]  # text, of any kind
         write_file(traces, f"m{n}/s/l/run_x__s0.json", json.dumps(trace).encode())
     (traces / "m9").mkdir()
     (traces / "m9" / "run_bad__s0.json").write_text('{"schema_version": "1.9"}')

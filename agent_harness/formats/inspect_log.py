@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from ..errors import MissingExtraError
+from ..errors import HarnessError, MissingExtraError
 from ..trace_io import Unreadable
 from ..trace_model import NATIVE_HARNESS
 from ._episode import EXTRA_KEY, Episode, blocks, call_text, count, items, obj, opt_text, record, restore, seconds, text
@@ -91,9 +91,18 @@ def sample(trace: dict[str, Any], model: str) -> dict[str, Any]:
         "metadata": {EXTRA_KEY: {"header": header, "outcome": out, "prompt": {
             k: v for k, v in trace["prompt"].items() if k not in ("system", "task", "demo")}}},
         "model_usage": {model: _usage(out)}, "total_time": out.get("elapsed_seconds"),
-        "started_at": trace.get("timestamp") or None,
+        "started_at": _when(trace.get("timestamp")),
         **({"error": {"message": out["error"], "traceback": "", "traceback_ansi": ""}} if out.get("error") else {}),
     }
+
+
+def _when(stamp: Any) -> str | None:
+    """An ISO 8601 time in UTC, or None when `stamp` is not one (a trace's timestamp is only known to be text)."""
+    try:
+        when = datetime.fromisoformat(stamp)
+    except (TypeError, ValueError):
+        return None
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).astimezone(UTC).isoformat()
 
 
 def _span(traces: list[dict[str, Any]]) -> tuple[datetime, datetime]:
@@ -133,8 +142,27 @@ def write_log(traces: list[dict[str, Any]], folder: Any) -> str:
     scored = [t["outcome"]["passed"] for t in traces if t["outcome"].get("passed") is not None]
     usage = {model: {k: sum(s["model_usage"][model].get(k, 0) for s in samples)
                      for k in ("input_tokens", "output_tokens", "total_tokens", "input_tokens_cache_read")}}
+    from pydantic import ValidationError
+
+    try:
+        log = _log(EvalLog, ident, created, ended, first, harness, model, samples, scored, usage)
+    except ValidationError as e:  # a value inspect_ai refuses that the trace model let through
+        err = e.errors()[0]
+        raise HarnessError(f"inspect_ai refused the log of {model} ({'/'.join(map(str, err['loc']))}: "
+                           f"{err['msg']})") from None
+    task = "".join(c if c.isalnum() else "-" for c in first["scenario"])[:60].strip("-") or "task"
+    name = f"{created:%Y-%m-%dT%H-%M-%S}-00-00_{task}_{ident}.eval"
+    with tempfile.TemporaryDirectory(prefix="inspect-export-") as tmp:  # private: inspect writes by path
+        path = os.path.join(tmp, name)
+        write_eval_log(log, path, format="eval")
+        folder.write(name, Path(path).read_bytes())
+    return name
+
+
+def _log(EvalLog: Any, ident: str, created: datetime, ended: datetime, first: dict[str, Any],  # noqa: N803
+         harness: str, model: str, samples: list[dict[str, Any]], scored: list[bool], usage: dict[str, Any]) -> Any:
     agent = first.get("agent") or {}
-    log = EvalLog.model_validate({
+    return EvalLog.model_validate({
         "version": 2, "status": "success",
         "eval": {"eval_id": ident, "run_id": ident, "created": created.isoformat(), "task": first["scenario"],
                  "task_id": ident, "task_version": 0, "task_args": {"label": first["label"]},
@@ -154,13 +182,6 @@ def write_log(traces: list[dict[str, Any]], folder: Any) -> str:
         "stats": {"started_at": created.isoformat(), "completed_at": ended.isoformat(), "model_usage": usage},
         "samples": samples,
     })
-    task = "".join(c if c.isalnum() else "-" for c in first["scenario"])[:60].strip("-") or "task"
-    name = f"{created:%Y-%m-%dT%H-%M-%S}-00-00_{task}_{ident}.eval"
-    with tempfile.TemporaryDirectory(prefix="inspect-export-") as tmp:  # private: inspect writes by path
-        path = os.path.join(tmp, name)
-        write_eval_log(log, path, format="eval")
-        folder.write(name, Path(path).read_bytes())
-    return name
 
 
 # -- import -----------------------------------------------------------------------------------------------

@@ -153,8 +153,9 @@ def import_traces(src: Path, to: Path, fmt: str = "auto", scenario: str | None =
             sha = hashlib.sha256(raw).hexdigest()
             traces = []
             for ep in found:
-                ep.task_id = slugs.get(ep.task_id, ep.task_id)
-                verdict = verdicts.get(ep.task_id)
+                named = ep.task_id
+                ep.task_id = slugs.get(named, named)
+                verdict = verdicts.get(ep.task_id, verdicts.get(named))  # by task id, or as the file named it
                 traces.append(to_trace(ep, file=rel, sha256=sha, scenario=scenario, label=label, verdict=verdict))
         except HarnessError:
             raise

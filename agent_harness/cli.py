@@ -1,4 +1,4 @@
-"""Command line: `agent-harness run|validate|models|scenarios|analyze|export`, and `run_agents.py` (= `run`)."""
+"""Command line: `agent-harness run|validate|models|scenarios|analyze|export|import`, and `run_agents.py` (= `run`)."""
 
 from __future__ import annotations
 
@@ -373,6 +373,15 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from .export import export, push_to_hub
 
+    if args.format != "hf":
+        if args.push_to_hub:
+            raise ConfigError("--push-to-hub goes with --format hf (a dataset)")
+        from .formats.exporting import export as export_as
+
+        episodes, files = export_as(args.traces, args.to, args.format)
+        what = "ATIF trajectories" if args.format == "atif" else "Inspect .eval logs"
+        print(printable(f"exported {episodes} episodes to {args.to}/ ({files} {what})"))
+        return 0
     if args.rows_per_shard < 1:
         raise ConfigError(f"--rows-per-shard must be > 0, got {args.rows_per_shard}")
     episodes, shards = export(args.traces, args.to, rows_per_shard=args.rows_per_shard)
@@ -384,12 +393,53 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def _add_export(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    ex = sub.add_parser("export", help="write traces as a Hugging Face dataset (parquet shards + card)")
+    from .formats import EXPORT_FORMATS, IMPORT_FORMATS
+
+    ex = sub.add_parser("export", help="write traces as a Hugging Face dataset, Inspect logs or ATIF trajectories")
     ex.add_argument("traces", type=Path, help="traces folder (as written by run --out)")
-    ex.add_argument("--to", type=Path, required=True, help="new (or empty) folder for the dataset")
+    ex.add_argument("--to", type=Path, required=True, help="new (or empty) folder for the export")
+    ex.add_argument("--format", choices=EXPORT_FORMATS, default="hf",
+                    help="hf: parquet shards + card (default); inspect: one .eval log per model x scenario x label "
+                         "(needs the [inspect] extra); atif: one ATIF v1.7 trajectory JSON per episode")
     ex.add_argument("--push-to-hub", metavar="REPO", default=None, help="then push it to this Hub dataset repo")
     ex.add_argument("--rows-per-shard", type=int, default=500, help="episodes per parquet file")
     ex.set_defaults(handler=cmd_export)
+    im = sub.add_parser("import", help="read other harnesses' episodes (ATIF, mini-swe-agent, Inspect) as traces")
+    im.add_argument("src", type=Path, help="a trajectory file or a folder of them (.json, .traj.json, .eval)")
+    im.add_argument("--to", type=Path, required=True, help="traces folder to add them to (may hold native traces)")
+    im.add_argument("--format", choices=IMPORT_FORMATS, default="auto", help="read only this format (default: "
+                    "told from each file)")
+    im.add_argument("--scenario", default=None, help="scenario of the episodes (a registered one maps file names "
+                    "such as Python-0 to its task ids, so they pair with native traces)")
+    im.add_argument("--label", default=None, help="label of the episodes (default: the file's, else gold)")
+    im.add_argument("--verdicts", type=Path, default=None, help="JSON of verdicts: SWE-bench style resolved_ids / "
+                    "unresolved_ids, or task id -> true/false")
+    im.add_argument("--no-embed", action="store_true", help="skip step embeddings")
+    im.set_defaults(handler=cmd_import)
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from .embeddings import get_embedder
+    from .formats.importing import import_traces, load_verdicts
+    from .trace_io import report_skipped
+
+    verdicts = load_verdicts(args.verdicts) if args.verdicts is not None else None
+    embedder = get_embedder(not args.no_embed)
+    try:
+        done = import_traces(args.src, args.to, args.format, args.scenario, args.label, verdicts, embedder)
+    finally:
+        if embedder is not None:
+            embedder.close()
+    report_skipped(done.skipped, "file(s)")
+    if done.ignored:
+        print(printable(f"ignored {len(done.ignored)} JSON file(s) in no trajectory format (first: "
+                        f"{done.ignored[0]})"), file=sys.stderr)
+    if not done.written and not done.already:
+        raise ConfigError(f"{args.src}: no episode imported" + (f" ({len(done.skipped)} file(s) skipped)"
+                                                                 if done.skipped else ""))
+    print(printable(f"imported {len(done.written)} episode(s) to {args.to}/"
+                    + (f" ({done.already} already there)" if done.already else "")))
+    return 0
 
 
 def parser() -> argparse.ArgumentParser:

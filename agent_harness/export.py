@@ -35,7 +35,7 @@ DATA_DIR = "data"
 
 # Fields of the trace model (trace_model.py) without a typed column of their own: like keys the model does not
 # know (newer or foreign traces), they go to the row's JSON `extra` column. Every other field has a column.
-UNTYPED_HEADER = ("sandbox_bounds", "fingerprint")
+UNTYPED_HEADER = ("sandbox_bounds", "fingerprint", "source")
 UNTYPED_OUTCOME = ("score_error",)
 UNTYPED_STEP = ("endpoint", "seed", "check", "output", "temperature", "elided", "file", "tests", "stale", "note")
 _HEADER = tuple(f for f in Trace.model_fields if f not in UNTYPED_HEADER)

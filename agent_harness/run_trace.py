@@ -59,7 +59,7 @@ def new_trace(cfg: RunConfig, spec: ModelSpec, info: BackendInfo, job: Job, ep_p
               system: str, sandbox: str | SandboxSpec, demo: list[Any] | None = None) -> Trace:
     """The trace an episode starts with: the header, no steps, an empty outcome (validated here: the casts)."""
     strategy = STRATEGIES[job.strategy]
-    fingerprint = {"fingerprint": Fingerprint(**job.fingerprint)} if job.fingerprint else {}
+    fingerprint: dict[str, Any] = {"fingerprint": Fingerprint(**job.fingerprint)} if job.fingerprint else {}
     return Trace(
         schema_version=SCHEMA_VERSION,
         run_id=uuid.uuid4().hex,

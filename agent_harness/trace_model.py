@@ -12,8 +12,9 @@ strategy (steps carry their `phase`; a "handoff" step between the phases), 1.7 t
 (strategy single_shot now asks as bigcode-evaluation-harness does: `agent.single_shot` names its prompt
 recipe, `prompt.prefill` the assistant turn's start) and single_shot_chat, the earlier chat-style
 single-shot (a single_shot trace before 1.7 is that one), 1.8 the native tool protocol (`agent.protocol`,
-`prompt.tools`, a step's `server_calls`; later in 1.8, `agent.tool_choice` required). Fields an older
-trace may lack have defaults, so the generated schema validates 1.0-1.8 traces alike.
+`prompt.tools`, a step's `server_calls`; later in 1.8, `agent.tool_choice` required), 1.9 episodes imported
+from other harnesses' formats (`source`: the format, file and harness an `agent-harness import` read). Fields an
+older trace may lack have defaults, so the generated schema validates 1.0-1.9 traces alike.
 
 Presence is deliberate: a field marked `OMIT_UNSET` is written only once it has been set (an outcome
 gets `score_details` or `score_error` only from scoring, the agent block `reflect` only under that
@@ -35,9 +36,10 @@ from .steps import STEP_FIELDS as STEP_FIELDS  # re-exported: the loader's and c
 from .steps import Step
 from .steps import StepType as StepType
 
-SchemaVersion = Literal["1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7", "1.8"]
-SCHEMA_VERSION: SchemaVersion = "1.8"
-READABLE_VERSIONS: tuple[str, ...] = ("1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7", "1.8")
+SchemaVersion = Literal["1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7", "1.8", "1.9"]
+SCHEMA_VERSION: SchemaVersion = "1.9"
+READABLE_VERSIONS: tuple[str, ...] = ("1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7", "1.8", "1.9")
+NATIVE_HARNESS = "agent-harness"  # the `harness` of an episode this project ran (no `source`)
 ExitReason = Literal["submitted", "max_steps", "budget", "context", "error"]
 Mode = Literal["agent", "single_shot", "single_shot_chat", "reflect", "reflect_react"]
 Strategy = Literal["react", "reflect", "single_shot", "single_shot_chat", "reflect_react"]
@@ -96,6 +98,22 @@ class Fingerprint(_Part):
     run_hash: str = Field(description="sha256 of `config` without scenario, label, task and sample.")
     config: dict[str, Any] = Field(description="Registry entry, backend, mode, agent config, seed, harness version, "
                                                "scenario, label, task id and content digest, sample.")
+
+
+class Source(_Part):
+    """Schema 1.9: the episode was imported (`agent-harness import`) from another harness's trajectory file."""
+
+    format: Literal["atif", "inspect", "mini-swe-agent"] = Field(description="The file's format.")
+    format_version: str | None = Field(description="As the file states it (ATIF-v1.7, mini-swe-agent-1.1, "
+                                                   "Inspect log version 2).")
+    file: str = Field(description="The file, as a path below the folder (or as the file) `import` was given.")
+    sha256: str = Field(description="sha256 of the file's bytes.")
+    episode: int = Field(0, ge=0, description="Which episode of the file (an Inspect log holds many samples).")
+    harness: str = Field(description="The agent system that ran the episode (ATIF agent.name, mini-swe-agent, "
+                                     "inspect/<solver>); the analyses keep harnesses apart.")
+    harness_version: str | None = None
+    details: dict[str, Any] = Field(default_factory=dict, description="What the file said that has no field here "
+                                    "(its exit status, cost, ids), bounded.")
 
 
 class AgentInfo(_Part):
@@ -217,6 +235,7 @@ class Trace(_Part):
     sandbox_bounds: dict[str, Any] = Field(default_factory=dict)
     harness_version: str
     fingerprint: Fingerprint | None = _omit_unset(description=Fingerprint.__doc__)
+    source: Source | None = _omit_unset(description=Source.__doc__)
     agent: AgentInfo
     prompt: Prompt
     steps: list[Step]
@@ -257,6 +276,8 @@ RUN_COLUMNS: dict[str, Column] = {
     "harness_version": Column("harness_version"), "timestamp": Column("timestamp"),
     "completed": Column("outcome.completed"), "fingerprint": Column("fingerprint.hash"),  # None before 1.3
     "suspicious": Column(),  # outcome.score_details.suspicious (a free dict's key): the scorer's reason, else None
+    "harness": Column("source.harness", NATIVE_HARNESS),  # who ran the episode: this project, or an imported one's
+    "source_format": Column("source.format"),  # None: a native trace
 }
 STEP_KEYS = ("run_id", "model", "scenario", "label", "task_id", "sample", "passed")  # run columns on every step row
 STEP_COLUMNS: dict[str, Column] = {

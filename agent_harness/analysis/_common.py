@@ -187,7 +187,9 @@ def trajectories(frames: TraceFrames, weights: dict[str, float] | None = None,
     """Per episode, its unit-normalised step vectors (in step order), for episodes that have embeddings.
 
     Episodes embedded by a model other than the most common embedding model are left out: their
-    vectors live in another space. `weights` (by step type) scale each normalised vector.
+    vectors live in another space. `weights` (by step type) scale each normalised vector. When the episodes
+    come from several harnesses (imported ones, see `agent-harness import`), `model` names "model [harness]":
+    the analyses compare harnesses as they compare models.
     """
     steps, emb = frames.steps, frames.embeddings
     keep = steps["has_embedding"].to_numpy(bool, copy=True) if len(steps) else np.zeros(0, bool)
@@ -208,6 +210,8 @@ def trajectories(frames: TraceFrames, weights: dict[str, float] | None = None,
     ends = np.r_[starts[1:], len(run_ids)]
     blocks = {run_ids[s]: vecs[s:e] for s, e in zip(starts, ends, strict=True) if e - s >= min_steps}
     sel = runs[runs["run_id"].isin(blocks.keys())].reset_index(drop=True)
+    if "harness" in sel and sel["harness"].nunique() > 1:
+        sel = sel.assign(model=sel["model"].astype(str) + " [" + sel["harness"].astype(str) + "]")
     return sel, [blocks[r] for r in sel["run_id"]]
 
 

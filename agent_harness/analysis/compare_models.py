@@ -2,7 +2,10 @@
 
 A model run under two tool-calling protocols (text: THOUGHT / TOOL_CALL / FINAL; native: API tool calls)
 is two arms, never pooled: every table has a `protocol` column, and where arms are named against each other
-(pairwise tables, plots) an arm is "model (protocol)" when the traces hold more than one protocol.
+(pairwise tables, plots) an arm is "model (protocol)" when the traces hold more than one protocol. Likewise
+episodes of other harnesses (imported: `agent-harness import`) are arms of their own: every table has a
+`harness` column, and an arm is "model [harness]" when the traces hold more than one harness, so that the
+pairwise tables test one harness against another on the tasks both ran.
 
 Usage: python analysis/compare_models.py TRACES_DIR [--out DIR]
    or: agent-harness analyze compare_models TRACES_DIR [--out DIR]
@@ -23,12 +26,13 @@ from agent_harness.metrics import aggregate_pass_at_k, bootstrap_interval, wilso
 from agent_harness.safewrite import Folder
 from agent_harness.text import md_inline
 from agent_harness.trace import TraceFrames
+from agent_harness.trace_model import NATIVE_HARNESS
 
 from ._common import Section, parser, passed, prepare, say_caps, write_section
 from .compare_plots import plot_pass, plot_pass_vs_steps, plot_tokens_time, plot_tools
 
-GROUP = ["model", "protocol", "scenario", "label"]
-ARM = ["model", "protocol"]  # what is compared: a model under one tool-calling protocol
+GROUP = ["harness", "model", "protocol", "scenario", "label"]
+ARM = ["harness", "model", "protocol"]  # what is compared: a model under one harness and tool-calling protocol
 KS = (1, 5, 10)
 DENSE_TURNS = 50  # pass_vs_steps: a row for every turn budget up to this
 MAX_PAIR_MODELS = 40  # pairwise: the models with the most episodes (pairs grow with the square)
@@ -43,12 +47,13 @@ def pass_ks(samples: int) -> list[int]:
 def with_protocol(runs: pd.DataFrame) -> pd.DataFrame:
     """`runs` with a `protocol` column: "text" where it is missing or null (traces before native calls), and
     "native-required" for native episodes run with tool_choice required (an arm of its own)."""
+    harness = runs["harness"].fillna(NATIVE_HARNESS).astype(str) if "harness" in runs else NATIVE_HARNESS
     if "protocol" not in runs:
-        return runs.assign(protocol="text")
+        return runs.assign(protocol="text", harness=harness)
     protocol = runs["protocol"].fillna("text").astype(str)
     if "tool_choice" in runs:
         protocol = protocol.where(runs["tool_choice"].fillna("auto") != "required", protocol + "-required")
-    return runs.assign(protocol=protocol)
+    return runs.assign(protocol=protocol, harness=harness)
 
 
 def several_protocols(runs: pd.DataFrame) -> bool:
@@ -56,12 +61,20 @@ def several_protocols(runs: pd.DataFrame) -> bool:
     return "protocol" in runs and runs["protocol"].fillna("text").nunique() > 1
 
 
-def arm_names(df: pd.DataFrame, several: bool | None = None) -> pd.Series:
-    """Each row's arm: its model, or "model (protocol)" when `several` (default: the rows hold several protocols)."""
+def several_harnesses(runs: pd.DataFrame) -> bool:
+    """Whether the runs hold episodes of more than one harness (then arms are named "model [harness]")."""
+    return "harness" in runs and runs["harness"].fillna(NATIVE_HARNESS).nunique() > 1
+
+
+def arm_names(df: pd.DataFrame, several: bool | None = None, harnesses: bool | None = None) -> pd.Series:
+    """Each row's arm: its model, "model (protocol)" when `several` (default: the rows hold several protocols),
+    and " [harness]" after it when `harnesses` (default: the rows hold several harnesses)."""
     df = with_protocol(df)
     several = several_protocols(df) if several is None else several
+    harnesses = several_harnesses(df) if harnesses is None else harnesses
     model = df["model"].astype(str)
-    return model + " (" + df["protocol"] + ")" if several else model
+    name = model + " (" + df["protocol"] + ")" if several else model
+    return name + " [" + df["harness"] + "]" if harnesses else name
 
 
 def _per_task(g: pd.DataFrame) -> dict[str, list[bool]]:
@@ -75,9 +88,10 @@ def pass_table(runs: pd.DataFrame, n_boot: int = 2000) -> pd.DataFrame:
     as in summary.json; a group with nothing scored has no rates.
     """
     rows = []
-    for (model, protocol, scenario, label), group in with_protocol(runs).groupby(GROUP, sort=True):
+    for (harness, model, protocol, scenario, label), group in with_protocol(runs).groupby(GROUP, sort=True):
         g = group[group["passed"].notna()]
-        row: dict[str, object] = {"model": model, "protocol": protocol, "scenario": scenario, "label": label,
+        row: dict[str, object] = {"harness": harness, "model": model, "protocol": protocol, "scenario": scenario,
+                                  "label": label,
                                   "tasks": group["task_id"].nunique(), "episodes": len(group),
                                   "unscored": len(group) - len(g), "suspicious": suspicious_count(group)}
         if g.empty:
@@ -104,9 +118,9 @@ def suspicious_count(runs: pd.DataFrame) -> int:
     return int(runs["suspicious"].notna().sum()) if "suspicious" in runs else 0
 
 
-def solved_by_task(runs: pd.DataFrame, several: bool | None = None) -> pd.DataFrame:
+def solved_by_task(runs: pd.DataFrame, several: bool | None = None, harnesses: bool | None = None) -> pd.DataFrame:
     """(scenario, label, task_id) × arm (see `arm_names`): True when at least one of the arm's samples passed."""
-    keys = [runs["scenario"], runs["label"], runs["task_id"], arm_names(runs, several).rename("model")]
+    keys = [runs["scenario"], runs["label"], runs["task_id"], arm_names(runs, several, harnesses).rename("model")]
     return passed(runs).groupby(keys).any().unstack()
 
 
@@ -119,10 +133,10 @@ def pairwise(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFra
     """
     from scipy.stats import binomtest
 
-    several = several_protocols(runs)
-    arms = arm_names(runs, several)
+    several, harnesses = several_protocols(runs), several_harnesses(runs)
+    arms = arm_names(runs, several, harnesses)
     top = arms.value_counts(sort=True).index[:MAX_PAIR_MODELS]
-    solved = solved_by_task(runs[arms.isin(top)], several)
+    solved = solved_by_task(runs[arms.isin(top)], several, harnesses)
     models = list(solved.columns)
     pairs, only, matrix = [], [], pd.DataFrame(0, index=models, columns=models)
     for (scenario, label), tab in solved.groupby(level=[0, 1], sort=True):
@@ -163,7 +177,8 @@ def distributions(runs: pd.DataFrame) -> pd.DataFrame:
 def exit_reasons(runs: pd.DataFrame) -> pd.DataFrame:
     """Per model × protocol × scenario: episodes by exit reason."""
     runs = with_protocol(runs)
-    table = pd.crosstab([runs["model"], runs["protocol"], runs["scenario"]], runs["exit_reason"].fillna("none"))
+    table = pd.crosstab([runs["harness"], runs["model"], runs["protocol"], runs["scenario"]],
+                        runs["exit_reason"].fillna("none"))
     return table.reset_index().rename_axis(columns=None)
 
 
@@ -180,7 +195,7 @@ def tool_usage(runs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     table = table.reset_index().join(episodes, on=ARM)
     table["calls/episode"] = table["calls"] / table["episodes"]
     table["episodes using"] = table["users"] / table["episodes"]
-    return table.drop(columns=["users", "episodes"]).sort_values([*ARM, "calls"], ascending=[True, True, False])
+    return table.drop(columns=["users", "episodes"]).sort_values([*ARM, "calls"], ascending=[True, True, True, False])
 
 
 def write_behaviour(runs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
@@ -231,10 +246,10 @@ def parse_failures(runs: pd.DataFrame) -> pd.DataFrame:
             "parse errors/turn hi", "episodes with any"]
     runs = with_protocol(runs)
     rows = []
-    for (model, protocol), g in runs.groupby(ARM, sort=True):
+    for (harness, model, protocol), g in runs.groupby(ARM, sort=True):
         turns, errors = int(_turns(g).sum()), int(g["parse_errors"].fillna(0).sum())
         lo, hi = wilson_interval(errors, turns)
-        rows.append([model, protocol, len(g), turns, errors, errors / turns if turns else np.nan, lo, hi,
+        rows.append([harness, model, protocol, len(g), turns, errors, errors / turns if turns else np.nan, lo, hi,
                      float((g["parse_errors"].fillna(0) > 0).mean())])
     return pd.DataFrame(rows, columns=cols)
 
@@ -247,11 +262,12 @@ def pass_vs_steps(runs: pd.DataFrame) -> pd.DataFrame:
     longest = int(runs["turns_used"].max()) if len(runs) else 0
     dense = np.arange(1, min(longest, DENSE_TURNS) + 1)
     parts = []
-    for (model, protocol, scenario, label), g in runs.groupby(GROUP, sort=True):
+    for (harness, model, protocol, scenario, label), g in runs.groupby(GROUP, sort=True):
         used = g["turns_used"].to_numpy(np.int64)
         budgets = np.union1d(dense, used[used > DENSE_TURNS])
         solved = np.sort(used[g["ok"].to_numpy(bool)])
-        parts.append(pd.DataFrame({"model": model, "protocol": protocol, "scenario": scenario, "label": label,
+        parts.append(pd.DataFrame({"harness": harness, "model": model, "protocol": protocol, "scenario": scenario,
+                                   "label": label,
                                    "max turns": budgets,
                                    "pass@1": np.searchsorted(solved, budgets, side="right") / len(g)}))
     cols = [*GROUP, "max turns", "pass@1"]
@@ -261,17 +277,17 @@ def pass_vs_steps(runs: pd.DataFrame) -> pd.DataFrame:
 def analyze(frames: TraceFrames, out: Folder | Path, n_boot: int = 2000) -> Section:
     """Every table and plot of the comparison, as one section."""
     runs, steps = with_protocol(frames.runs), frames.steps
-    several = several_protocols(runs)
+    several, harnesses = several_protocols(runs), several_harnesses(runs)
     table = pass_table(runs, n_boot)
     pairs, only, matrix = pairwise(runs)
     tools = tool_usage(runs, steps)
     curve = pass_vs_steps(runs)
 
-    shown = set(arm_names(runs, several).value_counts(sort=True).index[:MAX_PLOT_ARMS])
+    shown = set(arm_names(runs, several, harnesses).value_counts(sort=True).index[:MAX_PLOT_ARMS])
 
     def named(df: pd.DataFrame) -> pd.DataFrame:
         """`df` with `model` naming the arm, only the arms the plots show."""
-        df = df.assign(model=arm_names(df, several)) if len(df) else df
+        df = df.assign(model=arm_names(df, several, harnesses)) if len(df) else df
         return df[df["model"].isin(shown)] if len(df) else df
 
     sec = Section("Model comparison", text=[
@@ -294,6 +310,12 @@ def analyze(frames: TraceFrames, out: Folder | Path, n_boot: int = 2000) -> Sect
         "Tool-calling protocol: text (THOUGHT / TOOL_CALL / FINAL) or native (the API's tool calls). Runs of "
         "one model under two protocols are never pooled: every table has a protocol column"
         + (", and the pairwise tables and plots name each arm 'model (protocol)'." if several else "."),
+        "Harness: who ran the episode: agent-harness (this project), or the harness an imported episode came "
+        "from (`agent-harness import`: ATIF trajectories, mini-swe-agent, Inspect logs). Harnesses are never "
+        "pooled: every table has a harness column"
+        + (f" ({', '.join(md_inline(h) for h in sorted(runs['harness'].unique()))}), and the pairwise tables "
+           "and plots name each arm 'model [harness]': a pair of arms of two harnesses is a paired test between "
+           "them on the tasks both ran." if harnesses else "."),
         "Parse failures: parse_error steps (replies the parser refused) per model turn (turns_used, and at "
         "least one per parse error), with a 95 % Wilson interval over turns; 'episodes with any' is the share "
         "of episodes with at least one.",

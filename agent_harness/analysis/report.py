@@ -26,6 +26,7 @@ import pandas as pd
 
 from agent_harness.safewrite import Folder
 from agent_harness.trace import TraceFrames, reread
+from agent_harness.trace_model import NATIVE_HARNESS
 
 from . import compare_models, spectral, trajectory_similarity
 from ._common import Section, fmt, parser, passed, prepare, say_caps, write_section
@@ -65,7 +66,8 @@ def _episode(frames: TraceFrames, row: pd.Series, max_text: int) -> dict[str, An
                               f"first {MAX_VIEWER_STEPS} of an episode)"})
     tokens = (out.get("prompt_tokens") or 0) + (out.get("completion_tokens") or 0)
     score_error = out.get("score_error") if isinstance(out.get("score_error"), dict) else None
-    return {"model": str(row["model"]), "sample": int(row["sample"] or 0), "passed": bool(out.get("passed")),
+    return {"model": str(row["model"]), "harness": str(row["harness"]), "sample": int(row["sample"] or 0),
+            "passed": bool(out.get("passed")),
             "unscored": out.get("passed") is None,  # no verdict: the scorer failed, or scoring never ran
             "score_error": score_error and _cut(f"{score_error.get('type')}: {score_error.get('message')}", max_text),
             "compromised": out.get("compromised"), "exit_reason": out.get("exit_reason"),
@@ -80,13 +82,16 @@ def _episode(frames: TraceFrames, row: pd.Series, max_text: int) -> dict[str, An
 def viewer_data(frames: TraceFrames, max_episodes: int, max_text: int, max_bytes: int) -> dict[str, Any]:
     """Tasks (scenario × label × task_id) with each model's episodes, within the size limits.
 
-    Tasks that most models ran come first; each model contributes at most `max_episodes` episodes
-    and the whole stays under about `max_bytes` of JSON.
+    An episode's column is its arm: the model, and its harness when the traces hold several (native and
+    imported episodes of a task side by side). Tasks that most arms ran come first; each arm contributes at
+    most `max_episodes` episodes and the whole stays under about `max_bytes` of JSON.
     """
-    runs = frames.runs
-    runs = runs.assign(ok=passed(runs), gold=runs["label"] != "gold")
+    runs = compare_models.with_protocol(frames.runs)
+    several = compare_models.several_harnesses(runs)
+    runs = runs.assign(ok=passed(runs), gold=runs["label"] != "gold",
+                       arm=compare_models.arm_names(runs, several=False, harnesses=several))
     keyed = runs.groupby(["scenario", "label", "task_id"], sort=False)
-    order = keyed.agg(models=("model", "nunique"), index=("task_index", "min"), gold=("gold", "first"))
+    order = keyed.agg(models=("arm", "nunique"), index=("task_index", "min"), gold=("gold", "first"))
     order = order.reset_index().sort_values(["models", "scenario", "gold", "label", "index", "task_id"],
                                             ascending=[False, True, True, True, True, True])
     per_model: dict[str, int] = {}
@@ -94,16 +99,17 @@ def viewer_data(frames: TraceFrames, max_episodes: int, max_text: int, max_bytes
     episodes: list[dict[str, Any]] = []
     size = 0
     for key in order[["scenario", "label", "task_id"]].itertuples(index=False):
-        group = keyed.get_group(tuple(key)).sort_values(["model", "sample"])
+        group = keyed.get_group(tuple(key)).sort_values(["harness", "model", "sample"])
         picked = []
         for _, row in group.iterrows():
-            if per_model.get(row["model"], 0) >= max_episodes or size >= max_bytes:
+            if per_model.get(row["arm"], 0) >= max_episodes or size >= max_bytes:
                 continue
             ep = _episode(frames, row, max_text)
             if ep is None:
                 continue
+            ep["model"] = str(row["arm"])
             size += len(json.dumps(ep, ensure_ascii=False))
-            per_model[row["model"]] = per_model.get(row["model"], 0) + 1
+            per_model[row["arm"]] = per_model.get(row["arm"], 0) + 1
             picked.append(len(episodes))
             episodes.append(ep)
         if picked:
@@ -112,9 +118,14 @@ def viewer_data(frames: TraceFrames, max_episodes: int, max_text: int, max_bytes
     return {"tasks": tasks, "episodes": episodes, "total": len(runs), "max_episodes": max_episodes}
 
 
+COUNT_KEY = ["harness", "model", "scenario", "label"]
+
+
 def suspicious_counts(runs: pd.DataFrame) -> pd.Series:
-    """Episodes flagged suspicious (signs of a forged pass) per (model, scenario, label); only non-zero counts."""
-    counts = runs[runs["suspicious"].notna()].groupby(["model", "scenario", "label"]).size()
+    """Episodes flagged suspicious (signs of a forged pass) per (harness, model, scenario, label); only non-zero
+    counts."""
+    runs = compare_models.with_protocol(runs)
+    counts = runs[runs["suspicious"].notna()].groupby(COUNT_KEY).size()
     return counts[counts > 0]
 
 
@@ -169,14 +180,16 @@ def _section(sec: Section, anchor: str, images: dict[Path, bytes]) -> str:
 
 
 def unscored_counts(runs: pd.DataFrame) -> pd.Series:
-    """Episodes without a verdict (`passed` null) per (model, scenario, label); only non-zero counts."""
-    counts = runs[runs["passed"].isna()].groupby(["model", "scenario", "label"]).size()
+    """Episodes without a verdict (`passed` null) per (harness, model, scenario, label); only non-zero counts."""
+    runs = compare_models.with_protocol(runs)
+    counts = runs[runs["passed"].isna()].groupby(COUNT_KEY).size()
     return counts[counts > 0]
 
 
 def summary_table(table: pd.DataFrame, unscored: pd.Series | None = None,
                   suspicious: pd.Series | None = None) -> pd.DataFrame:
-    """The headline: one row per scenario × label, one column per model, "pass@1 [95 % CI]" cells.
+    """The headline: one row per scenario × label, one column per model ("model [harness]" when the traces
+    hold several harnesses), "pass@1 [95 % CI]" cells.
 
     An attack label's cell adds the compromise rate, and any cell the count of unscored episodes
     (see `unscored_counts`) and of suspicious ones (`suspicious_counts`); pass@k and the rest are in
@@ -186,15 +199,16 @@ def summary_table(table: pd.DataFrame, unscored: pd.Series | None = None,
         text = "–" if pd.isna(r.get("pass@1")) else f"{r['pass@1']:.3f} [{r['pass@1 lo']:.2f}, {r['pass@1 hi']:.2f}]"
         if r["label"] != "gold" and pd.notna(r.get("compromised")):
             text += f" · compromised {r['compromised']:.2f}"
-        key = (r["model"], r["scenario"], r["label"])
+        key = (r.get("harness", NATIVE_HARNESS), r["model"], r["scenario"], r["label"])
         if n := 0 if unscored is None else int(unscored.get(key, 0)):
             text += f" · {n} UNSCORED"
         if n := 0 if suspicious is None else int(suspicious.get(key, 0)):
             text += f" · {n} SUSPICIOUS"
         return text
 
-    cells = table.assign(cell=table.apply(cell, axis=1), n=table["tasks"].astype(str))
-    wide = cells.pivot_table(index=["scenario", "label"], columns="model", values="cell", aggfunc="first")
+    cells = table.assign(cell=table.apply(cell, axis=1), n=table["tasks"].astype(str),
+                         arm=compare_models.arm_names(table, several=False))
+    wide = cells.pivot_table(index=["scenario", "label"], columns="arm", values="cell", aggfunc="first")
     tasks = cells.groupby(["scenario", "label"])["tasks"].max()
     wide.insert(0, "tasks", tasks)
     return wide.fillna("–").reset_index().rename_axis(columns=None)

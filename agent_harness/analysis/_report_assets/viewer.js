@@ -40,7 +40,7 @@
     return d;
   }
 
-  function column(ep) {
+  function column(ep, taskPrompt) {
     var verdict = ep.unscored ? "unscored" : (ep.passed ? "pass" : "fail");
     var col = el("div", "col " + verdict);
     var head = el("div", "colhead");
@@ -55,6 +55,12 @@
     if (ep.suspicious) head.appendChild(el("div", "muted", "suspicious (failed): " + ep.suspicious));
     if (ep.error) head.appendChild(el("div", "muted", "error: " + ep.error));
     col.appendChild(head);
+    if (ep.prompt && ep.prompt !== taskPrompt) {  // another harness asked in its own words: shown in its column
+      var asked = el("details");
+      asked.appendChild(el("summary", null, "task prompt (this column's)"));
+      asked.appendChild(el("pre", null, ep.prompt));
+      col.appendChild(asked);
+    }
     var steps = el("div", "steps");
     ep.steps.forEach(function (s) { steps.appendChild(stepBlock(s)); });
     if (!ep.steps.length) steps.appendChild(el("div", "muted", "(no steps)"));
@@ -83,7 +89,7 @@
     var wanted = sampleSel.value;
     var shown = eps.filter(function (ep) { return wanted === "all" || String(ep.sample) === wanted; });
     promptText.textContent = eps.length ? eps[0].prompt : "";
-    shown.forEach(function (ep) { columns.appendChild(column(ep)); });
+    shown.forEach(function (ep) { columns.appendChild(column(ep, promptText.textContent)); });
   }
 
   function fillSamples() {

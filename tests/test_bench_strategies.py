@@ -74,7 +74,7 @@ def test_a_chained_strategy_gets_a_row_per_phase(tmp_path: Path) -> None:
                          ("reflect-react · react phase", "null", "2")}  # the oracle never reaches react
     assert "| 1.000 [" in rows["reflect-react · reflect phase", "oracle", "2"]
     assert "| 0.000 [" in rows["reflect-react · react phase", "null", "2"]
-    assert rows["reflect-react · react phase", "null", "2"].split("|")[10].strip() == "–"  # no wall time of its own
+    assert rows["reflect-react · react phase", "null", "2"].split("|")[11].strip() == "–"  # no wall time of its own
 
 
 def test_unknown_config_and_missing_flag(tmp_path: Path) -> None:

@@ -186,7 +186,8 @@ def _check_reflect_flags(args: argparse.Namespace, strategies: dict[str, Strateg
     given = given_settings(args, ReflectConfig)
     if given and not any(s.reflects for s in strategies.values()):
         flag = next(s.flag for s in settings(ReflectConfig) if s.path in given)
-        names = " and ".join(s.flag for s in STRATEGIES.values() if s.reflects)
+        *rest, last = [s.flag for s in STRATEGIES.values() if s.reflects]
+        names = f"{', '.join(rest)} and {last}" if rest else last
         raise ConfigError(f"{flag} applies to --agent {names} only")
 
 

@@ -1,10 +1,10 @@
 """One model's episodes: each a plain loop in a worker thread, the model reached through the backend.
 
 Up to `--concurrency` episodes run at once, each in its own thread: set up, the strategy's loop, score,
-embed, write. The strategy asks the model through `_ask`, which hands the request to the backend on
-the run's event loop and waits; the backend batches whatever requests are in flight together. At most
-`--workers` episodes do harness work (tools, tests, scoring) at the same time: an episode gives its
-slot back while it waits for the model.
+embed, write. The strategy asks the model through `_ask`, which hands its requests (one, or a search's
+candidates at once) to the backend on the run's event loop and waits; the backend batches whatever
+requests are in flight together. At most `--workers` episodes do harness work (tools, tests, scoring)
+at the same time: an episode gives its slot back while it waits for the model.
 
 Every step catches the faults of its own episode: that episode ends with exit_reason "error" and the
 others go on; a request the backend could not complete leaves it without a verdict (the backend
@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import replace
@@ -33,10 +33,11 @@ from .run_trace import Live, Unstarted, new_trace
 from .scenarios import Scenario, get_scenario
 from .steps import ToolCall
 from .strategies import build_episode
+from .strategies.asking import Asker, Request
 from .text import error_message, error_text, safe_text
 from .trace import BACKEND_FAULT, UNSCORED_BACKEND, write_json_atomic
 from .trace_model import Embeddings, ScoreError, Trace
-from .types import Backend, Completion, Conversation, GenParams, RequestMeta
+from .types import Backend, Completion
 
 log = logging.getLogger(__name__)
 
@@ -147,11 +148,8 @@ class ModelRun:
             return self._finish(live)
 
     def _drive(self, live: Live) -> None:
-        def ask(conversation: Conversation, params: GenParams, meta: RequestMeta) -> Completion:
-            return self._ask(live, conversation, params, meta)
-
         try:
-            live.episode.run(ask)
+            live.episode.run(Asker(lambda requests: self._ask(live, requests)))
         except UnusableReply as e:  # the server failed, not the model: no verdict
             live.backend_fault = str(e)
             self._fault(live, "the model's reply", e)
@@ -161,25 +159,22 @@ class ModelRun:
         except Exception as e:
             self._fault(live, "the agent step", e)
 
-    def _ask(self, live: Live, conversation: Conversation, params: GenParams, meta: RequestMeta) -> Completion:
+    def _ask(self, live: Live, requests: Sequence[Request]) -> list[Completion]:
         """The strategy's one way to the model: the steps so far are written, the slot is given back
-        while the backend works, and a reply the server could not make usable raises UnusableReply."""
+        while the backend works on the requests (all in flight at once: a search's candidates), and the
+        replies come back in order; one the server could not make usable has its `error` set."""
         assert self._loop is not None
         if self._stopping.is_set():
             raise StopRequested(stop.requested() or 2)
         self._save(live)
         self._slot.release()
-        self.busy.add(1)
+        self.busy.add(len(requests))
+        futures = []
         try:
-            future = self._loop.submit(self.backend.complete(conversation, params, meta))
-            while True:
-                try:
-                    c = future.result(timeout=0.5)
-                    break
-                except FutureTimeout:
-                    if self._stopping.is_set():
-                        future.cancel()
-                        raise StopRequested(stop.requested() or 2) from None
+            for conversation, params, meta in requests:
+                futures.append(self._loop.submit(self.backend.complete(conversation, params, meta)))
+                futures[-1].add_done_callback(lambda _: self.busy.add(-1))
+            replies = [self._wait(f) for f in futures]
         except (BackendUnavailable, ConfigError) as e:
             with self._count_lock:
                 self._ends = self._ends or e
@@ -188,17 +183,27 @@ class ModelRun:
         except Exception as e:
             raise ModelCallFailed(str(e)) from e
         finally:
-            self.busy.add(-1)
+            for f in futures:
+                f.cancel()  # the rest, after a fault or a stop (a done one stays done)
+            self.busy.add(len(futures) - len(requests))  # any never sent
             self._slot.acquire()
-        if not isinstance(c, Completion):
-            raise ModelCallFailed(f"{self.backend.info.used} returned {type(c).__name__}, not a Completion")
-        with self._count_lock:
-            self.tokens += c.completion_tokens or 0  # an unknown count adds nothing
-            self.prompt_tokens += c.prompt_tokens or 0
-            self.cached_tokens += c.cached_tokens or 0
-        if c.error is not None:
-            raise UnusableReply(c.error)
-        return c
+        for c in replies:
+            if not isinstance(c, Completion):
+                raise ModelCallFailed(f"{self.backend.info.used} returned {type(c).__name__}, not a Completion")
+            with self._count_lock:
+                self.tokens += c.completion_tokens or 0  # an unknown count adds nothing
+                self.prompt_tokens += c.prompt_tokens or 0
+                self.cached_tokens += c.cached_tokens or 0
+        return replies
+
+    def _wait(self, future: Future[Completion]) -> Completion:
+        """The reply of one request, polled so a stop request is seen while the backend works."""
+        while True:
+            try:
+                return future.result(timeout=0.5)
+            except FutureTimeout:
+                if self._stopping.is_set():
+                    raise StopRequested(stop.requested() or 2) from None
 
     # -- episode lifecycle -------------------------------------------------------------
     def _fault(self, live: Live, where: str, e: BaseException) -> None:

@@ -21,10 +21,12 @@ if TYPE_CHECKING:
     from .types import Completion
 
 StepType = Literal["thought", "tool_call", "tool_result", "final", "parse_error", "submit_check", "attempt",
-                   "feedback", "initial_tests", "restart", "handoff"]
+                   "feedback", "initial_tests", "restart", "handoff", "candidate"]
 Phase = Literal["reflect", "react"]
 Role = Literal["assistant", "user"]
 CheckResult = Literal["passed", "failed", "syntax", "signature", "no_code", "repeat", "write_error", "error"]
+# search: what trying a candidate on a scratch copy found (see strategies/search.py)
+Verdict = Literal["passed", "failed", "unchanged", "invalid", "fault", "not_tried", "unverified"]
 
 ABSENT = "absent-when-none"  # field metadata: never null in a trace; None means the key is left out
 T = TypeVar("T")
@@ -92,6 +94,7 @@ Repairs = Absent[list[str]]
 Tests = Annotated[Absent[TestsResult], _doc("run_tests results, submit checks and the initial test run.")]
 StepPhase = Annotated[Absent[Phase], _doc("reflect_react: the strategy whose phase the step belongs to.")]
 Embedding = list[float] | None
+Seed = Annotated[int | None, _doc("The request's sampling seed (reflect: the attempt's; search: the candidate's).")]
 
 
 class Reply(TypedDict, total=False):
@@ -288,7 +291,7 @@ class Attempt(_Step):
     latency_s: Latency = None
     tokens: Tokens = None
     temperature: Temperature = None
-    seed: Annotated[int | None, _doc("reflect attempt: the turn's sampling seed.")] = None
+    seed: Seed = None
     phase: StepPhase = None
     embedding: Embedding = None
 
@@ -305,8 +308,34 @@ class Feedback(_Step):
     embedding: Embedding = None
 
 
+class Candidate(_Step):
+    """search: one of a turn's candidate replies and what trying it on a scratch copy of the workspace found
+    (later in 1.8). `text` is its action: the call as JSON, the FINAL, or why it could not be used. The one
+    chosen is continued from: its reply is recorded on the turn's next steps, as react records a reply, and
+    the others' replies here (each model reply on exactly one step)."""
+
+    type: Literal["candidate"] = "candidate"
+    candidate: Annotated[Absent[int], Field(ge=0), _doc("search: the candidate's position in its turn (0: sampled "
+                                                        "as react samples, the others warmer).")] = None
+    chosen: Annotated[Absent[bool], _doc("search: the turn continued from this candidate.")] = None
+    verdict: Annotated[Absent[Verdict], _doc(
+        "search: passed or failed (the visible tests on a scratch copy after its action), unchanged (its action "
+        "changes no file: the tests as before it), invalid (no usable action), fault (trying it failed), not_tried "
+        "(an earlier one passed), unverified (no visible tests).")] = None
+    tool: Tool = None
+    tests: Tests = None
+    seed: Seed = None
+    temperature: Temperature = None
+    raw: Raw = None
+    finish_reason: FinishReason = None
+    latency_s: Latency = None
+    tokens: Tokens = None
+    phase: StepPhase = None
+    embedding: Embedding = None
+
+
 Step = Annotated[Thought | ToolCall | ToolResult | Final | ParseError | SubmitCheck | Attempt | Feedback
-                 | InitialTests | Restart | Handoff, Field(discriminator="type")]
+                 | InitialTests | Restart | Handoff | Candidate, Field(discriminator="type")]
 STEP_MODELS: tuple[type[_Step], ...] = get_args(get_args(Step)[0])
 _STEPS: TypeAdapter[list[Step]] = TypeAdapter(list[Step])
 

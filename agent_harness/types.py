@@ -131,8 +131,9 @@ class RequestMeta:
     """
 
     task: Task
-    strategy: str = "react"  # react | reflect | single_shot | single_shot_chat
+    strategy: str = "react"  # react | reflect | single_shot | single_shot_chat | search
     turn: int = 0
+    candidate: int = 0  # search: which of the turn's candidate replies (scripted replies may differ by it)
 
 
 @runtime_checkable

@@ -3,6 +3,12 @@
 
     .venv/bin/python bench/strategies.py --models qwen2.5-coder-0.5b,qwen2.5-coder-1.5b-offline --n 164 --serve
     .venv/bin/python bench/strategies.py --models qwen2.5-coder-0.5b --n 164 --only reflect --resume
+    .venv/bin/python bench/strategies.py --split odd --only single-shot,search-k4 --serve   # the untuned split
+
+`--split even|odd|all` runs the even-numbered tasks of the first `--n` (Python/0, 2, 4, ...: the split
+strategies are tuned on), the odd-numbered ones (never tuned on: report changes there) or all of them;
+the table's header names the split, and only that split's episodes are counted. A dataset of your own
+(`--cli-args '--dataset-path tests/data/heldout/python.jsonl'`) splits by its task numbers the same way.
 
 With no `--only`, the table's configs run (TABLE: single-shot, reflect, react with full and condensed
 history, reflect-react, and single-shot pass@5 at T=0.8 as the ceiling of verified resampling); the
@@ -25,7 +31,11 @@ run). The traces then record backend `openai`.
 The table (printed, and appended to bench/RESULTS.md unless `--no-append`): pass@1 with its 95 % CI
 (Wilson over episodes; pass@k too when a config samples k times), mean turns, mean prompt / computed
 (prompt - cached) / completion tokens per episode, wall time (the run's, model load excluded, from
-`runs.jsonl`), turns and tokens (prompt + completion) per solved task, and the machine and date. A
+`runs.jsonl`), the engine's mean batch (requests in flight while it was busy, from `runs.jsonl`), turns,
+tokens (prompt + completion) and wall seconds per solved task, and the machine and date. When a config
+samples single-shot several times (`single-shot-T0.8-n32`), every other row also gets single-shot's pass@n
+at the same sampling budget: n = the row's completion tokens per episode / single-shot's per sample, so a
+search's gain from the agent's feedback is told apart from its gain from sampling more. A
 chained strategy (reflect-react) also gets a row per phase: the episodes that reached the phase, the
 tasks solved in it, and its own turns and tokens; on a greedy backend its first phase is the first
 strategy alone.
@@ -46,15 +56,12 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from _machine import cpu_flags, cpu_name, run_row  # noqa: E402  (bench/ is on sys.path when a benchmark runs as a script)
-
-from agent_harness.metrics import aggregate_pass_at_k, bootstrap_interval, wilson_interval  # noqa: E402
-from agent_harness.trace import load_traces  # noqa: E402
+from strategy_table import match_budgets, rows_for, table  # noqa: E402
 
 RESULTS = ROOT / "bench" / "RESULTS.md"
 
@@ -90,7 +97,24 @@ CONFIGS: dict[str, Config] = {
                                      "--tool-choice", "required")),
     "reflect-react-native-required": Config(("--agent", "reflect-react", "--history", "full", "--protocol",
                                              "native", "--tool-choice", "required")),
+    # issue 45: search over verified candidates, K replies per turn, against single-shot sampled as often
+    "search-k1": Config(("--agent", "search", "--candidates", "1")),
+    "search-k4": Config(("--agent", "search", "--candidates", "4")),
+    "search-k8": Config(("--agent", "search", "--candidates", "8")),
+    "reflect-search-k4": Config(("--agent", "reflect-search", "--candidates", "4")),
+    "reflect-search-k8": Config(("--agent", "reflect-search", "--candidates", "8")),
+    "single-shot-T0.8-n32": Config(("--agent", "single-shot"), temperature=0.8, samples=32),
+    # what other agents do: a span edit tool, the shell alone, another task's worked example, none
+    "search-k4-edit": Config(("--agent", "search", "--candidates", "4", "--action-space", "edit")),
+    "search-k4-bash": Config(("--agent", "search", "--candidates", "4", "--action-space", "bash")),
+    "search-k4-demo-task": Config(("--agent", "search", "--candidates", "4", "--demo-source", "task")),
+    "search-k4-no-demo": Config(("--agent", "search", "--candidates", "4", "--no-demo")),
+    "react-edit": Config(("--agent", "react", "--action-space", "edit")),
+    "react-bash": Config(("--agent", "react", "--action-space", "bash")),
+    "react-demo-task": Config(("--agent", "react", "--demo-source", "task")),
+    "react-no-demo": Config(("--agent", "react", "--no-demo")),
 }
+SPLITS = ("all", "even", "odd")
 TABLE = ("single-shot", "reflect", "react-full", "react-condensed", "reflect-react", "single-shot-pass5-T0.8")
 
 
@@ -152,22 +176,31 @@ def served(model: str, args: argparse.Namespace) -> Iterator[Path]:
         raise SystemExit(f"error: {e}") from None
 
 
-def _done_n(done: Path) -> int:
-    """Tasks a finished run covered (0 when none): a run over fewer tasks resumes instead of skipping."""
+def _done_n(done: Path, split: str = "all") -> int:
+    """Tasks a finished run covered (0 when none, or another split): a run over fewer tasks resumes instead
+    of skipping."""
     try:
-        return int(json.loads(done.read_text(encoding="utf-8")).get("n", 0))
+        data = json.loads(done.read_text(encoding="utf-8"))
+        return int(data.get("n", 0)) if data.get("split", "all") == split else 0
     except (OSError, ValueError, TypeError, AttributeError):
         return 0
+
+
+def split_ids(split: str, n: int) -> list[int]:
+    """The task numbers of `split` among the first `n` (even: the tuning split; odd: never tuned on)."""
+    return [i for i in range(n) if split == "all" or i % 2 == (split == "odd")]
 
 
 def run_config(name: str, cfg: Config, model: str, args: argparse.Namespace, registry: Path) -> tuple[str, str]:
     """Run one config × model through the CLI (`registry` holds the model); (status, note)."""
     folder = args.out / name
     done = done_file(name, model, args)
-    if _done_n(done) >= args.n:
+    if _done_n(done, args.split) >= args.n:
         return "done", "already done (skipped)"
     cmd = [sys.executable, str(ROOT / "run_agents.py"), "--models", model, "--n", str(args.n), "--out", str(folder),
            "--no-embed", "--resume", *cfg.args, *shlex.split(args.cli_args)]
+    if args.split != "all":  # bare numbers: the dataset's prefix (Python/, Heldout/) is added
+        cmd += ["--tasks", ",".join(map(str, split_ids(args.split, args.n)))]
     if cfg.samples > 1:
         cmd += ["--samples", str(cfg.samples)]
     if cfg.temperature is not None:
@@ -178,106 +211,9 @@ def run_config(name: str, cfg: Config, model: str, args: argparse.Namespace, reg
     r = run_row(cmd, cwd=ROOT, stdout=subprocess.DEVNULL if args.quiet else None)
     if r.returncode != 0:
         return "failed", f"run_agents.py exited {r.returncode}"
-    done.write_text(json.dumps({"config": name, "model": model, "n": args.n, "cmd": cmd[1:],
+    done.write_text(json.dumps({"config": name, "model": model, "n": args.n, "split": args.split, "cmd": cmd[1:],
                                 "finished": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}) + "\n")
     return "ok", ""
-
-
-def _wall(folder: Path, model: str) -> float:
-    total = 0.0
-    runs = folder / "runs.jsonl"
-    for line in runs.read_text(encoding="utf-8").splitlines() if runs.is_file() else []:
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if row.get("model") == model:
-            total += float(row.get("wall_s") or 0.0)
-    return total
-
-
-def rows_for(name: str, cfg: Config, model: str, args: argparse.Namespace) -> list[dict[str, Any]]:
-    """The config's row for `model`, then one per phase when its episodes run in phases (reflect-react)."""
-    folder = args.out / name
-    if not (folder / model).is_dir():
-        return []
-    frames = load_traces(folder / model)
-    runs = frames.runs
-    runs = runs[(runs["model"] == model) & runs["completed"].fillna(False).astype(bool)]
-    if args.label:
-        runs = runs[runs["label"] == args.label]
-    if runs.empty:
-        return []
-    per_task: dict[str, list[bool]] = {}
-    for task, passed in zip(runs["task_id"], runs["passed"], strict=True):
-        per_task.setdefault(str(task), []).append(bool(passed))
-    passed = int(sum(map(sum, per_task.values())))
-    episodes = len(runs)
-    k = cfg.samples
-    at = aggregate_pass_at_k(per_task, sorted({1, k}))
-    lo, hi = wilson_interval(passed, episodes) if k == 1 else bootstrap_interval(per_task, 1)
-    solved = sum(any(v) for v in per_task.values())
-    row = {"config": name, "model": model, "tasks": len(per_task), "pass@1": at.get(1, 0.0), "ci": (lo, hi),
-           "pass_k": at.get(k) if k > 1 else None, "k": k, "wall_s": _wall(folder, model), "solved": solved,
-           **_cost(float(runs["num_turns"].fillna(0).sum()), runs["prompt_tokens"], runs["cached_prompt_tokens"],
-                   runs["completion_tokens"], episodes, solved)}
-    steps = frames.steps[frames.steps["run_id"].isin(set(runs["run_id"]))]
-    replies = int(steps["prompt_tokens"].notna().sum())  # each model reply is one step with token counts
-    row["parse_rate"] = int((steps["type"] == "parse_error").sum()) / replies if replies else None
-    return [row, *_phase_rows(name, model, runs, steps)]
-
-
-def _cost(turns: float, prompt: Any, cached: Any, completion: Any, episodes: int, solved: int) -> dict[str, Any]:
-    """Per-episode means and per-solved totals of turns and tokens (pandas Series of token counts)."""
-    p, c, o = (float(x.fillna(0).sum()) for x in (prompt, cached, completion))
-    return {"turns": turns / episodes, "prompt": p / episodes, "computed": (p - c) / episodes,
-            "completion": o / episodes, "turns_per_solved": turns / solved if solved else None,
-            "tokens_per_solved": (p + o) / solved if solved else None}
-
-
-def _phase_rows(name: str, model: str, runs: Any, steps: Any) -> list[dict[str, Any]]:
-    """One row per phase of a chained strategy: the episodes that reached it, those it solved (the
-    episode passed and its last step is in that phase), and its own turns and tokens (each model call is
-    one step with token counts). On a greedy backend the first phase's row is what the first strategy
-    scores alone; the later ones say what each added on what the phases before it left."""
-    steps = steps[steps["phase"].notna()]
-    if steps.empty:
-        return []
-    last = steps.sort_values("i").groupby("run_id")["phase"].last()
-    won = set(runs.loc[runs["passed"].fillna(False).astype(bool), "run_id"])
-    out = []
-    for phase in steps.sort_values("i")["phase"].unique():
-        mine = steps[steps["phase"] == phase]
-        ids = set(mine["run_id"])
-        solved = sum(1 for r in ids if r in won and last.get(r) == phase)
-        calls = mine[mine["prompt_tokens"].notna()]
-        lo, hi = wilson_interval(solved, len(ids))
-        out.append({"config": f"{name} · {phase} phase", "model": model,
-                    "tasks": len(set(mine["task_id"])), "pass@1": solved / len(ids), "ci": (lo, hi),
-                    "pass_k": None, "k": 1, "wall_s": None, "solved": solved,
-                    "parse_rate": int((mine["type"] == "parse_error").sum()) / len(calls) if len(calls) else None,
-                    **_cost(float(len(calls)), calls["prompt_tokens"], calls["cached_tokens"],
-                            calls["completion_tokens"], len(ids), solved)})
-    return out
-
-
-def _num(v: float | None, fmt: str = "{:,.0f}") -> str:
-    return "–" if v is None else fmt.format(v)
-
-
-def table(rows: list[dict[str, Any]]) -> str:
-    head = ("| config | model | tasks | pass@1 [95% CI] | pass@k | mean turns | prompt tok | computed tok "
-            "| completion tok | wall s | solved | turns / solved | tokens / solved | parse errors / reply |")
-    lines = [head, "|" + "---|" * (head.count("|") - 1)]
-    for r in rows:
-        lo, hi = r["ci"]
-        pk = "–" if r["pass_k"] is None else f"pass@{r['k']} {r['pass_k']:.3f}"
-        lines.append(
-            f"| {r['config']} | {r['model']} | {r['tasks']} | {r['pass@1']:.3f} [{lo:.2f}, {hi:.2f}] | {pk} "
-            f"| {r['turns']:.2f} | {_num(r['prompt'])} | {_num(r['computed'])} | {_num(r['completion'])} "
-            f"| {_num(r['wall_s'])} | {r['solved']} | {_num(r['turns_per_solved'], '{:.1f}')} "
-            f"| {_num(r['tokens_per_solved'])} | {_num(r.get('parse_rate'), '{:.3f}')} |")
-    return "\n".join(lines)
 
 
 def run_all(names: list[str], models: list[str], args: argparse.Namespace) -> list[str]:
@@ -292,7 +228,7 @@ def run_all(names: list[str], models: list[str], args: argparse.Namespace) -> li
         else:
             runnable.append(name)
     for model in models:
-        todo = [n for n in runnable if _done_n(done_file(n, model, args)) < args.n]
+        todo = [n for n in runnable if _done_n(done_file(n, model, args), args.split) < args.n]
         with served(model, args) if args.serve and todo else contextlib.nullcontext(args.registry) as registry:
             for name in runnable:
                 status, note = run_config(name, CONFIGS[name], model, args, registry)
@@ -305,6 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default="qwen2.5-coder-0.5b", help="comma-separated registry names")
     p.add_argument("--n", type=int, default=164, help="first N HumanEvalFix tasks")
+    p.add_argument("--split", choices=SPLITS, default="all",
+                   help="tasks of the first N: even (Python/0, 2, ...: tune on these), odd (never tuned on: report "
+                        "on these) or all")
     p.add_argument("--only", default=None,
                    help=f"comma-separated configs, or 'all' (default: {', '.join(TABLE)}; --list shows every one)")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "strategies", help="one folder per config")
@@ -349,14 +288,18 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
     notes = [] if args.report else run_all(names, models, args)
-    rows = [r for name in names for model in models for r in rows_for(name, CONFIGS[name], model, args)]
+    rows = [r for name in names for model in models for r in rows_for(name, CONFIGS[name].samples, model, args)]
+    match_budgets(rows)
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    text = (f"## Strategies: {', '.join(models)}, first {args.n} HumanEvalFix tasks ({now})\n\n"
+    which = {"all": "", "even": ", the even-numbered (tuning) split", "odd": ", the odd-numbered (untuned) split"}
+    text = (f"## Strategies: {', '.join(models)}, first {args.n} tasks{which[args.split]} ({now})\n\n"
             f"Machine: {machine()}; Python {platform.python_version()}; git {git_rev()}. "
-            f"`bench/strategies.py --models {args.models} --n {args.n}{' --serve' if args.serve else ''}"
+            f"`bench/strategies.py --models {args.models} --n {args.n} --split {args.split}"
+            f"{' --serve' if args.serve else ''}{' --only ' + args.only if args.only else ''}"
             f"{' --cli-args ' + shlex.quote(args.cli_args) if args.cli_args else ''}`: each config through "
             "`run_agents.py --no-embed`; tokens are means per episode, computed = prompt - cached; "
-            "wall s excludes model load; tokens / solved = (prompt + completion) / tasks solved.\n\n"
+            "wall s excludes model load; tokens / solved = (prompt + completion) / tasks solved; mean batch = "
+            "requests in flight while the engine was busy.\n\n"
             + (table(rows) if rows else "(no finished episodes)") + "\n"
             + "".join(f"\n- {n}" for n in notes) + ("\n" if notes else ""))
     print(text)

@@ -74,7 +74,7 @@ def test_a_chained_strategy_gets_a_row_per_phase(tmp_path: Path) -> None:
                          ("reflect-react · react phase", "null", "2")}  # the oracle never reaches react
     assert "| 1.000 [" in rows["reflect-react · reflect phase", "oracle", "2"]
     assert "| 0.000 [" in rows["reflect-react · react phase", "null", "2"]
-    assert rows["reflect-react · react phase", "null", "2"].split("|")[10].strip() == "–"  # no wall time of its own
+    assert rows["reflect-react · react phase", "null", "2"].split("|")[11].strip() == "–"  # no wall time of its own
 
 
 def test_unknown_config_and_missing_flag(tmp_path: Path) -> None:
@@ -119,3 +119,22 @@ def test_a_port_in_time_wait_is_free_again() -> None:
         conn.close()  # the server side closes first: its end of the connection goes to TIME_WAIT
         client.close()
     assert free_port(port) == port
+
+
+def test_a_split_runs_its_tasks_only_and_rows_get_single_shots_pass_at_their_budget(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    r = bench("--models", "oracle", "--n", "4", "--split", "odd", "--out", str(out), "--no-append",
+              "--only", "search-k1,single-shot-pass5-T0.8")
+    assert r.returncode == 0, r.stderr
+    assert "first 4 tasks, the odd-numbered (untuned) split" in r.stdout and "--split odd" in r.stdout
+    names = sorted(p.name for p in (out / "search-k1" / "oracle").rglob("run_*.json"))
+    assert names == ["run_Python-1__s0.json", "run_Python-3__s0.json"]
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[1:]] for line in r.stdout.splitlines()
+            if line.startswith("| ") and not line.startswith("| config")}
+    assert rows["search-k1"][2] == "2" and rows["search-k1"][5].startswith("pass@")  # single-shot at its budget
+    assert rows["single-shot-pass5-T0.8"][5] == "–"
+    assert '"split": "odd"' in (out / "search-k1" / "done-oracle.json").read_text()
+    again = bench("--models", "oracle", "--n", "4", "--split", "even", "--out", str(out), "--no-append",
+                  "--only", "search-k1", "--resume")  # another split is not "done"
+    assert again.returncode == 0 and "already done" not in again.stdout
+    assert len(list((out / "search-k1" / "oracle").rglob("run_*.json"))) == 4

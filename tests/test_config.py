@@ -43,7 +43,7 @@ def _sample(s: Flagged) -> list[str]:
         return [s.flag]
     if s.setting.choices:
         return [s.flag, next(c for c in s.setting.choices if c != s.default)]
-    return [s.flag, "3" if s.setting.type is int else "2.5"]
+    return [s.flag, "3" if s.setting.type is int else "1.5"]
 
 
 def _get(config: Any, path: tuple[str, ...]) -> Any:
@@ -104,7 +104,8 @@ def test_flag_help_and_spelling_come_from_the_definition() -> None:
 
 def test_dump_leaves_out_later_settings_while_they_behave_as_before() -> None:
     assert added_values(AgentConfig) == {"initial_tests": False, "initial_files": False, "restart_after": None,
-                                         "protocol": "text", "tool_choice": "auto"}
+                                         "protocol": "text", "tool_choice": "auto", "action_space": "tools",
+                                         "demo_source": "builtin", "candidates": 4, "search_temperature": 0.8}
     assert "protocol" not in AgentConfig(protocol="text").dump()
     assert "tool_choice" not in AgentConfig(protocol="native").dump()
     assert AgentConfig(protocol="native", tool_choice="required").dump()["tool_choice"] == "required"
@@ -125,7 +126,7 @@ def test_dump_leaves_out_later_settings_while_they_behave_as_before() -> None:
 def test_the_dump_is_the_trace_header_and_the_fingerprint_input(path: Path) -> None:
     trace = json.loads(path.read_text())
     header = {k: v for k, v in trace["agent"].items() if k not in ("mode", "strategy", "concurrency", "reflect",
-                                                                   "single_shot")}
+                                                                   "single_shot", "search")}
     want = AgentConfig(protocol=trace["agent"].get("protocol")).dump()
     assert header == trace["fingerprint"]["config"]["agent"] == json.loads(json.dumps(want))
 
@@ -220,6 +221,7 @@ def test_without_agent_each_scenario_runs_its_default_and_the_trace_names_it(tmp
     assert "strategy:" not in r.stdout
 
     r = _cli("--models", "oracle", "--n", "1", "--scenario", "repo_bugfix", "--iters", "2", "--out", str(out))
-    assert r.returncode == 2 and r.stderr.strip() == "error: --iters applies to --agent reflect and reflect-react only"
+    assert r.returncode == 2
+    assert r.stderr.strip() == "error: --iters applies to --agent reflect, reflect-react and reflect-search only"
     r = _cli("--models", "oracle", "--n", "1", "--scenario", "repo_bugfix", "--agent", "reflect", "--out", str(out))
     assert r.returncode == 2 and "cannot run --agent reflect" in r.stderr

@@ -1,7 +1,7 @@
 """Scripted runs give the same traces as the stored ones (timestamps, durations, ids and version masked).
 
 A refactor must leave these byte-identical. When a change is meant to alter the trace, regenerate
-the stored copies with `python tests/test_golden_traces.py` and review the diff before committing.
+the stored copies with `python tests/test_golden_traces.py [SET ...]` and review the diff before committing.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).parent / "data" / "golden_traces"
-STRATEGIES = ("react", "reflect", "single-shot", "single-shot-chat", "reflect-react")
+STRATEGIES = ("react", "reflect", "single-shot", "single-shot-chat", "reflect-react", "search", "reflect-search")
 # Each stored set: its folder under GOLDEN and the run's flags (the tool strategies in both protocols).
 RUNS = {**{s: ("--agent", s) for s in STRATEGIES},
-        "react-native": ("--agent", "react", "--protocol", "native"),
-        "reflect-react-native": ("--agent", "reflect-react", "--protocol", "native")}
+        **{f"{s}-native": ("--agent", s, "--protocol", "native")
+           for s in ("react", "reflect-react", "search", "reflect-search")}}
 # Values that differ between two runs of the same code, or between commits of behaviour-equal code.
 VOLATILE = {"run_id", "timestamp", "latency_s", "elapsed_seconds", "duration_s", "harness_version", "hash",
             "run_hash", "memory_cgroup"}
@@ -56,11 +56,11 @@ def test_scripted_traces_match_the_stored_ones(strategy: str, tmp_path: Path) ->
         assert text == stored[name], f"{strategy}/{name} differs from the stored trace"
 
 
-def _regenerate() -> None:
+def _regenerate(names: list[str]) -> None:
     import shutil
     import tempfile
 
-    for strategy in RUNS:
+    for strategy in names or RUNS:
         with tempfile.TemporaryDirectory() as tmp:
             traces = _run(strategy, Path(tmp) / "out")
         shutil.rmtree(GOLDEN / strategy, ignore_errors=True)
@@ -72,4 +72,4 @@ def _regenerate() -> None:
 
 
 if __name__ == "__main__":
-    _regenerate()
+    _regenerate(sys.argv[1:])  # the sets named (e.g. search search-native), else every one

@@ -4,8 +4,9 @@
 - ``null``: submits at once without changing anything.
 - a JSONL path: raw model replies. Each line is either a string / ``{"text": ...}`` (replies for
   every conversation, the k-th assistant turn gets the k-th line) or
-  ``{"task": "<task id>", "replies": [...]}`` (replies for one task). When replies run out
-  the backend writes FINAL.
+  ``{"task": "<task id>", "replies": [...]}`` (replies for one task; a reply may be a list of
+  strings, one per search candidate, the last one repeated). When replies run out the backend
+  writes FINAL.
 
 Each request's ``RequestMeta`` (``complete(conversation, params, meta)``) names its episode's task,
 strategy and turn: the oracle replays that task's calls, a per-task script that task's replies, and
@@ -68,9 +69,12 @@ def forced_call(prefill: str, tool: str, args: dict[str, Any]) -> str:
     return call[len(prefill):] if call.startswith(prefill) else call
 
 
-def _load_script(path: Path) -> tuple[list[str], dict[str, list[str]]]:
+Reply = str | tuple[str, ...]  # a scripted reply, or one per search candidate
+
+
+def _load_script(path: Path) -> tuple[list[str], dict[str, list[Reply]]]:
     shared: list[str] = []
-    per_task: dict[str, list[str]] = {}
+    per_task: dict[str, list[Reply]] = {}
     for n, item in read_jsonl(path, "script"):
         if isinstance(item, str):
             shared.append(item)
@@ -78,7 +82,8 @@ def _load_script(path: Path) -> tuple[list[str], dict[str, list[str]]]:
             shared.append(item["text"])
         elif (isinstance(item, dict) and isinstance(item.get("task"), str)
               and isinstance(item.get("replies"), list)):
-            per_task.setdefault(item["task"], []).extend(str(r) for r in item["replies"])
+            per_task.setdefault(item["task"], []).extend(
+                tuple(map(str, r)) or ("",) if isinstance(r, list) else str(r) for r in item["replies"])
         else:
             raise ConfigError(
                 f"{path}:{n}: expected a string, {{'text': ...}} or {{'task': ..., 'replies': [...]}}"
@@ -94,7 +99,7 @@ class ScriptedBackend:
         self.batch_delay_s = batch_delay_s
         self.info = BackendInfo(requested="scripted", used="scripted", details={"script": mode})
         self._shared: list[str] = []
-        self._per_task: dict[str, list[str]] = {}
+        self._per_task: dict[str, list[Reply]] = {}
         if script_path is not None:
             self._shared, self._per_task = _load_script(script_path)
         self._batcher = Batcher(self._answer, name=f"scripted {mode}")
@@ -106,7 +111,7 @@ class ScriptedBackend:
         prefill = conv[-1]["content"] if conv and conv[-1]["role"] == "assistant" else None
         # native with a prefilled call (tool_choice required): every reply continues a call, submit finishes
         forced = prefill if native else None
-        if meta is not None and meta.strategy != "react" and self.mode in ("oracle", "null"):
+        if meta is not None and meta.strategy not in ("react", "search") and self.mode in ("oracle", "null"):
             writes = [c["args"]["content"] for c in meta.task.oracle if c["tool"] == "write_file"]
             if self.mode == "oracle" and writes and prefill is not None and writes[-1].startswith(prefill):
                 return writes[-1][len(prefill):]
@@ -132,8 +137,9 @@ class ScriptedBackend:
                 return forced_call(forced, "submit", {"summary": "applied the reference fix"})
             return "The reference fix is in place." if native else \
                 "THOUGHT: The reference fix is in place.\nFINAL: applied the reference fix"
-        replies = self._per_task.get(task.id, self._shared) if task is not None else self._shared
-        return replies[turn] if turn < len(replies) else FINAL_TEXT
+        replies: list[Reply] = [*self._per_task.get(task.id, self._shared)] if task is not None else [*self._shared]
+        said = replies[turn] if turn < len(replies) else FINAL_TEXT
+        return said if isinstance(said, str) else said[min(meta.candidate if meta else 0, len(said) - 1)]
 
     async def complete(self, conversation: Conversation, params: GenParams,
                        meta: RequestMeta | None = None) -> Completion:

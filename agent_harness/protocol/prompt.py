@@ -48,6 +48,14 @@ EXPECTED_FORM = (
 )
 
 
+# The bash-only action space (AgentConfig.action_space "bash"): the shell is the only tool, as in mini-swe-agent.
+SHELL_RULES = [
+    "run_cmd is your only tool: cat FILE to read a file, sed -i 's/OLD/NEW/' FILE to change a line, "
+    "cat > FILE <<'EOF' (the whole file, then EOF) to rewrite it, python3 TEST_FILE to run the tests.",
+    "Run the tests before FINAL.",
+]
+
+
 def _example_value(p: ToolParam, example_path: str = "main.py") -> Any:
     if p.type == "string":
         return example_path if "path" in p.name or "file" in p.name else "..."
@@ -111,6 +119,11 @@ def render_system_prompt(tools: Sequence[ToolSpec], preamble: str = "", example_
         rules.append("Paths are relative to the workspace.")
     if "write_file" in names:
         rules.append("write_file replaces the whole file: send the complete new content.")
+    if "edit_file" in names:
+        rules.append('edit_file changes one piece of a file: "old" is the exact text to replace, copied from the '
+                     'file (indentation included) and found once; "new" is what goes in its place.')
+    if names == {"run_cmd"}:
+        rules += SHELL_RULES
     if block_tool is not None:
         rules.append(f'For {block_tool.name}, leave "content" out of the JSON and put the text in a ``` block '
                      "right after the TOOL_CALL line.")
@@ -130,6 +143,7 @@ NEXT_STEP = {
     "read_file": "If you see the bug, fix it with write_file (the whole file in a ``` block); "
                  "if not, run_tests to see what fails.",
     "write_file": "Now run_tests to check your change.",
+    "edit_file": "Now run_tests to check your change.",
     "run_tests": "Fix the failing code with write_file.",
     "run_tests passed": "The tests pass: reply FINAL: with a one-line summary.",
 }

@@ -1,8 +1,10 @@
 """Strategies: how a model works on a task, each a plain loop (`run(ask)`) over an episode's state.
 
-`react` (react.py: tool calls in the THOUGHT/TOOL_CALL/FINAL protocol), `reflect` (whole-function
-proposals tested and reflected on), `reflect_react` (chain.py: reflect, then react on the files as
-given), `single_shot` (bigcode's recipe) and `single_shot_chat` (one chat answer). `extract` pulls the
+`react` (react.py: tool calls in the THOUGHT/TOOL_CALL/FINAL protocol), `search` (search.py: react with
+each turn sampled K times, every candidate tried against the visible tests on a scratch copy), `reflect`
+(whole-function proposals tested and reflected on), `reflect_react` and `reflect_search` (chain.py: reflect,
+then the tool agent on the files as given), `single_shot` (bigcode's recipe) and `single_shot_chat` (one
+chat answer). `extract` pulls the
 code out of a completion. `STRATEGIES` is the one registry: each strategy's name, builder, trace folder,
 command-line spelling and what it needs of a scenario; `default_strategy` picks a scenario's default.
 """
@@ -21,6 +23,7 @@ from .chain import ReflectThenReact
 from .config import ReflectConfig
 from .react import Episode
 from .reflect import Reflectable, ReflectEpisode
+from .search import SearchEpisode
 from .single_shot import Calibrated, ChatSingleShotEpisode, SingleShotEpisode
 
 if TYPE_CHECKING:
@@ -114,10 +117,22 @@ def _reflect_react(cfg: RunConfig, spec: ModelSpec, job: Job, scenario: Any, ws:
                             cfg.agent_for(spec, job.strategy), spec.temperature_schedule, job.sample)
 
 
+def _reflect_search(cfg: RunConfig, spec: ModelSpec, job: Job, scenario: Any, ws: Workspace,
+                    params: GenParams) -> AnyEpisode:
+    return ReflectThenReact(job.task, ws, params, scenario, cfg.reflect.for_model(spec.bigcode_prompt),
+                            cfg.agent_for(spec, job.strategy), spec.temperature_schedule, job.sample, search=True)
+
+
 def _react(cfg: RunConfig, spec: ModelSpec, job: Job, scenario: Any, ws: Workspace,
            params: GenParams) -> AnyEpisode:
     return Episode(job.task, ws, params, cfg.agent_for(spec, job.strategy),
                    temperature_schedule=spec.temperature_schedule, sample=job.sample)
+
+
+def _search(cfg: RunConfig, spec: ModelSpec, job: Job, scenario: Any, ws: Workspace,
+            params: GenParams) -> AnyEpisode:
+    return SearchEpisode(job.task, ws, params, cfg.agent_for(spec, job.strategy),
+                         temperature_schedule=spec.temperature_schedule, sample=job.sample)
 
 
 def _first_seed(cfg: RunConfig, job: Job, params: GenParams) -> GenParams:
@@ -135,6 +150,11 @@ STRATEGIES: dict[str, StrategyInfo] = {s.name: s for s in (
                  "for", "-single_shot_chat", (SINGLE_SHOT,)),
     StrategyInfo("reflect_react", _reflect_react, "reflect; when it fails, the files put back and react",
                  "-reflect_react", (REFLECTABLE,), reflects=True, uses_tools=True),
+    StrategyInfo("search", _search, "the tool agent, each turn --candidates replies sampled at once, each tried on "
+                 "a scratch copy against the visible tests, continued from the best; stops at the first that "
+                 "passes", "-search", uses_tools=True),
+    StrategyInfo("reflect_search", _reflect_search, "reflect; when it fails, the files put back and search",
+                 "-reflect_search", (REFLECTABLE,), reflects=True, uses_tools=True),
 )}
 
 # The defaults, best first as measured (README "Strategies", bench/RESULTS.md: over all 164 HumanEvalFix

@@ -1,5 +1,6 @@
-"""Reflect, then react: the reflect loop first; when it ends without a pass, the task's files are put
-back and the tool agent starts as it would alone.
+"""Reflect, then react (or search): the reflect loop first; when it ends without a pass, the task's files
+are put back and the tool agent starts as it would alone (`search`: the search over verified candidates,
+`reflect_search`).
 
 Each phase is its strategy's own episode, with its own turns, seeds and budgets, so the react phase
 asks exactly what `--agent react` would: on a greedy (or batch-invariant seeded) backend the chain
@@ -11,6 +12,7 @@ the standard one, `agent.demo` in the header says whether it was shown).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -18,10 +20,12 @@ from ..episode import Ask, EpisodeState
 from ..protocol.native import CALL_PREFILL, tool_schemas
 from ..steps import Handoff, Phase
 from ..tools import restore_files
-from ..types import Completion, Conversation, GenParams, RequestMeta, Task
+from ..types import Completion, GenParams, Task
 from ..workspace import Workspace
+from .asking import Asker, Request, ask_all
 from .react import AgentConfig, Episode, agent_tools
 from .reflect import Reflectable, ReflectConfig, ReflectEpisode
+from .search import SearchEpisode
 
 if TYPE_CHECKING:
     from ..trace_model import Trace
@@ -37,6 +41,7 @@ class ReflectThenReact(EpisodeState):
     agent: AgentConfig
     temperature_schedule: list[float] | None = None
     sample: int = 0
+    search: bool = False  # the tool agent's phase searches over verified candidates (reflect_search)
     current: ReflectEpisode | Episode = field(init=False)
     _offset: int = 0  # chain turns before the current phase
     _copied: int = 0  # steps of the current phase already in the chain's record
@@ -62,21 +67,24 @@ class ReflectThenReact(EpisodeState):
 
     def annotate(self, trace: Trace) -> None:
         trace.agent.reflect = self.reflect.record()
+        if self.search:
+            SearchEpisode.record(trace, self.agent)
         if self.agent.protocol == "native":  # the react phase's tools, as it will send them
             trace.prompt.tools = tool_schemas(agent_tools(self.ws, self.agent))
         if self.agent.forced_calls:  # the react phase's turns begin with it
             trace.prompt.prefill = CALL_PREFILL
 
-    def _phase(self, ask: Ask) -> Ask:
+    def _phase(self, ask: Ask) -> Asker:
         """`ask` for the current phase: the chain's record is brought up to date before each request
-        (the runner writes it then) and the reply's tokens are counted for the chain too."""
-        def phase_ask(conversation: Conversation, params: GenParams, meta: RequestMeta) -> Completion:
+        (the runner writes it then) and the replies' tokens are counted for the chain too."""
+        def many(requests: Sequence[Request]) -> list[Completion]:
             self._sync()
-            reply = ask(conversation, params, meta)
-            self._count(reply)
-            return reply
+            replies = ask_all(ask, requests)
+            for reply in replies:
+                self._count(reply)
+            return replies
 
-        return phase_ask
+        return Asker(many)
 
     def _sync(self) -> None:
         """Copy the current phase's new steps into the chain's record, with the chain's turn and the phase."""
@@ -91,8 +99,9 @@ class ReflectThenReact(EpisodeState):
         ended, attempts = self.current.exit_reason, self.current.turn
         lost = restore_files(self.ws, self.task.files)
         self._offset, self._copied = self.turn, 0
-        react = self.current = Episode(self.task, self.ws, self.params, self.agent,
-                                       temperature_schedule=self.temperature_schedule, sample=self.sample)
+        agent = SearchEpisode if self.search else Episode
+        react = self.current = agent(self.task, self.ws, self.params, self.agent,
+                                     temperature_schedule=self.temperature_schedule, sample=self.sample)
         react.begin()
         note = (f"reflect ended ({ended}) after {attempts} attempt(s): the files are put back as given and the "
                 "tool agent starts.")

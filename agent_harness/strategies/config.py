@@ -109,6 +109,11 @@ def build(config: type[C], values: dict[tuple[str, ...], Any]) -> C:
     return config(**top)
 
 
+ActionSpace = Literal["tools", "edit", "bash"]
+ACTION_SPACES: tuple[ActionSpace, ...] = ("tools", "edit", "bash")
+DemoSource = Literal["builtin", "task"]
+DEMO_SOURCES: tuple[DemoSource, ...] = ("builtin", "task")
+MAX_CANDIDATES = 64
 History = Literal["full", "condensed"]
 Protocol = Literal["text", "native"]
 PROTOCOLS: tuple[Protocol, ...] = ("text", "native")
@@ -163,6 +168,17 @@ class AgentConfig:
                                       "is the final answer) or required (every reply is a call: its start is "
                                       "prefilled, and a `submit` tool finishes)", choices=TOOL_CHOICES,
                                       added="auto")
+    action_space: ActionSpace = setting("tools", "the tool agent's tools: tools (read_file, write_file, run_tests, "
+                                        "...), edit (those and edit_file: replace one exact span) or bash "
+                                        "(run_cmd alone, as mini-swe-agent)", choices=ACTION_SPACES, added="tools")
+    demo_source: DemoSource = setting("builtin", "the worked example: builtin (a made-up `last` bug) or task (a real "
+                                      "bug-fix task of the tuning split, never the one at hand)",
+                                      choices=DEMO_SOURCES, added="builtin")
+    # search only (--agent search, reflect-search): a react turn sampled `candidates` times at once
+    candidates: int = setting(4, "search: candidate replies sampled at once per turn, each tried on a scratch "
+                              "copy of the workspace against the visible tests", type=int, metavar="K", added=4)
+    search_temperature: float = setting(0.8, "search: sampling temperature of every candidate but the first (which "
+                                        "is sampled as react samples)", type=float, metavar="T", added=0.8)
     tool_options: ToolOptions = field(default_factory=ToolOptions, metadata={PARTS: {
         "syntax_check": Setting("helper off: syntax check of written .py", flag="no-syntax-check", sets=False),
         "extract_failure": Setting("helper off: failing line from test output", flag="no-failure-extract",
@@ -182,6 +198,14 @@ class AgentConfig:
             raise ConfigError("--history condensed works with --protocol text only")
         if self.restart_after is not None and self.restart_after < 1:
             raise ConfigError(f"--restart-after must be > 0, got {self.restart_after}")
+        if self.action_space not in ACTION_SPACES:
+            raise ConfigError(f"--action-space must be one of {', '.join(ACTION_SPACES)}, not {self.action_space!r}")
+        if self.demo_source not in DEMO_SOURCES:
+            raise ConfigError(f"--demo-source must be one of {', '.join(DEMO_SOURCES)}, not {self.demo_source!r}")
+        if not 1 <= self.candidates <= MAX_CANDIDATES:
+            raise ConfigError(f"--candidates must be between 1 and {MAX_CANDIDATES}, got {self.candidates}")
+        if not 0.0 <= self.search_temperature <= 2.0:
+            raise ConfigError(f"--search-temperature must be between 0 and 2, got {self.search_temperature}")
 
     @property
     def forced_calls(self) -> bool:

@@ -86,8 +86,8 @@ class Episode(EpisodeState):
         specs, example = list(self.tools.values()), _example_file(self.task)
         self.system_prompt = (render_native_system_prompt(specs, example, self.submit) if self.native else
                               render_system_prompt(specs, example_path=example, examples=not self.config.demo))
-        self.demo = list(demo_messages(tuple(self.tools), self.config.format_reminder, self.native, self.submit)) \
-            if self.config.demo else []
+        self.demo = list(demo_messages(tuple(self.tools), self.config.format_reminder, self.native, self.submit,
+                                       self.config.demo_source, self.task.id)) if self.config.demo else []
         self.user_prompt = ""  # the task message, made by begin()
         stops = tuple(dict.fromkeys((*self.params.stop, *(NATIVE_STOP_STRINGS if self.native else STOP_STRINGS))))
         self.params = replace(self.params, stop=stops, tools=tuple(specs) if self.native else ())
@@ -133,7 +133,7 @@ class Episode(EpisodeState):
                 note = initial_file_note(path, self._execute("read_file", {"path": path}))
                 text += note
                 shown += [path] if note else []
-        if self.config.initial_tests and "run_tests" in self.tools:
+        if self.config.initial_tests and self.ws.test_cmd:
             text += initial_test_note(self._initial_tests())
         if shown and "write_file" in self.tools:
             text += initial_fix_note(shown)
@@ -234,7 +234,7 @@ class Episode(EpisodeState):
         lost = restore_files(self.ws, self.task.files)
         note = f"{stale} stale writes in a row: the conversation begins again from the task, the files as given."
         self._add(Restart(**self._at(), text=note + (f" Not restored: {'; '.join(lost)}." if lost else "")))
-        if self.config.initial_tests and "run_tests" in self.tools:
+        if self.config.initial_tests and self.ws.test_cmd:
             self._initial_tests()
 
     def _call(self, reply: ParsedReply, opening: Opening) -> None:
@@ -256,7 +256,7 @@ class Episode(EpisodeState):
     def _review_final(self, final: str) -> None:
         """Accept the FINAL, or refuse it (up to `submit_checks` times) while the visible tests fail:
         small models often submit without running the tests, or without changing anything."""
-        if self._refused >= self.config.submit_checks or "run_tests" not in self.tools:
+        if self._refused >= self.config.submit_checks or not self.ws.test_cmd:
             raise Submitted(final)
         result = self._execute("run_tests", {})
         if result.tests_passed:
@@ -298,24 +298,32 @@ class Episode(EpisodeState):
             log.debug("tool %s raised", tool, exc_info=True)
             return ToolOutput.fault(e, (str(self.ws.root), str(self.ws.root.resolve())))
 
+    def _spent(self) -> int:
+        """The tokens the budget counts: every reply's, prompt and completion."""
+        return self.prompt_tokens + self.completion_tokens
+
     def _check_limits(self) -> None:
         cfg = self.config
         if self.turn >= cfg.max_steps:
             raise LimitsExceeded(f"reached max_steps={cfg.max_steps}", "max_steps")
-        if cfg.max_total_tokens and self.prompt_tokens + self.completion_tokens >= cfg.max_total_tokens:
+        if cfg.max_total_tokens and self._spent() >= cfg.max_total_tokens:
             raise LimitsExceeded(f"token budget {cfg.max_total_tokens} spent", "budget")
         if cfg.max_wall_s and time.monotonic() - self.started >= cfg.max_wall_s:
             raise LimitsExceeded(f"wall-time budget {cfg.max_wall_s}s spent", "budget")
 
 
 def agent_tools(ws: Workspace, config: AgentConfig) -> list[ToolSpec]:
-    """The tools the model is given: the workspace's, and submit under native with tool_choice required."""
-    return [*tools_for(ws), *([SUBMIT] if config.forced_calls else [])]
+    """The tools the model is given: the workspace's (with edit_file under the edit action space, run_cmd
+    alone under bash), and submit under native with tool_choice required."""
+    tools = tools_for(ws, ("edit_file",) if config.action_space == "edit" else ())
+    if config.action_space == "bash":
+        tools = [t for t in tools if t.name == "run_cmd"]
+    return [*tools, *([SUBMIT] if config.forced_calls else [])]
 
 
 def run_episode(backend: Backend, episode: Episode) -> Episode:
     """Run one episode to the end on `backend`, outside a run (tests, scripts)."""
-    from ..backends.loop import complete_all
+    from .asking import backend_asker
 
-    episode.run(lambda conversation, params, meta: complete_all(backend, [conversation], params, [meta])[0])
+    episode.run(backend_asker(backend))
     return episode

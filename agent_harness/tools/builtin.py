@@ -123,6 +123,58 @@ def write_file(ws: Workspace, opts: ToolOptions, path: Annotated[str, "the file 
     return ToolResult(obs, changed=before is None or before[1] != data)
 
 
+@tool(optional=True)
+def edit_file(ws: Workspace, opts: ToolOptions, path: Annotated[str, "the file to edit"],
+              old: Annotated[str, "the exact text to replace, copied from the file (it must appear once)"],
+              new: Annotated[str, "the text to put in its place"]) -> ToolResult:
+    """Replace one exact piece of a file's text with new text."""
+    target = resolve(ws, path)
+    rel = ws.rel(target)
+    if rel == ".":
+        raise ToolError("give a file path, like main.py")
+    text = _text_of(ws, target, rel)
+    if not old:
+        raise ToolError("old is empty: copy the exact lines to replace from the file")
+    found = text.count(old)
+    if found == 0:
+        loose = " ".join(old.split()) in " ".join(text.split())
+        hint = " It is there with other spacing or indentation: copy it exactly." if loose else ""
+        raise ToolError(f"the old text is not in {rel}.{hint} Use read_file to see the file, then copy the lines "
+                        "to replace exactly.")
+    if found > 1:
+        raise ToolError(f"the old text appears {found} times in {rel}; give more of the lines around it, so that "
+                        "it appears once.")
+    if old == new:
+        raise ToolError("old and new are the same: nothing would change")
+    content = text.replace(old, new, 1)
+    write(ws, target, content.encode("utf-8"))
+    obs = f"Edited {rel}: replaced {_lines(old)} line(s) with {_lines(new)} line(s)."
+    if opts.syntax_check and rel.endswith(".py"):
+        error = syntax_error(content, rel)
+        if error:
+            obs += f"\nThe file was saved, but it has a syntax error:\n{error}"
+    return ToolResult(obs, changed=True)
+
+
+def _lines(text: str) -> int:
+    return text.count("\n") + (1 if text and not text.endswith("\n") else 0)
+
+
+def _text_of(ws: Workspace, target: Path, rel: str) -> str:
+    """The UTF-8 text of the regular file `target`; ToolError for anything else (a binary or huge file)."""
+    fd, st = open_regular(ws, target)
+    with os.fdopen(fd, "rb") as f:
+        if st.st_size > MAX_READ_BYTES:
+            raise ToolError(f"{rel} is too large to edit ({st.st_size} bytes).")
+        data = f.read(MAX_READ_BYTES + 1)
+    try:
+        if b"\0" in data[:8192]:
+            raise UnicodeDecodeError("utf-8", data, 0, 1, "NUL byte")
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ToolError(f"{rel} is not UTF-8 text; it cannot be edited as text.") from None
+
+
 @tool()
 def list_dir(ws: Workspace, opts: ToolOptions,
              path: Annotated[str, "folder to list (default: the whole workspace)"] = ".") -> str:

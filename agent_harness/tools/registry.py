@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import inspect
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Annotated, Any, Union, get_args, get_origin, get_type_hints
 
@@ -40,6 +40,7 @@ class Tool:
     spec: ToolSpec
     run: ToolFn
     available: Callable[[Workspace], bool]
+    optional: bool = False  # offered only when asked for (`tools_for(ws, include)`): edit_file
 
 
 TOOLS: dict[str, Tool] = {}
@@ -74,17 +75,20 @@ def _spec(fn: ToolFn) -> ToolSpec:
     return ToolSpec(fn.__name__, doc[0].strip() if doc else "", tuple(params))
 
 
-def tool(available: Callable[[Workspace], bool] = lambda ws: True) -> Callable[[ToolFn], ToolFn]:
-    """Register `fn(ws, opts, **args) -> observation` (a str, or a ToolResult with facts) as a tool."""
+def tool(available: Callable[[Workspace], bool] = lambda ws: True,
+         optional: bool = False) -> Callable[[ToolFn], ToolFn]:
+    """Register `fn(ws, opts, **args) -> observation` (a str, or a ToolResult with facts) as a tool; an
+    `optional` one is offered only to an agent that asks for it."""
     def register(fn: ToolFn) -> ToolFn:
-        TOOLS[fn.__name__] = Tool(_spec(fn), fn, available)
+        TOOLS[fn.__name__] = Tool(_spec(fn), fn, available, optional)
         return fn
     return register
 
 
-def tools_for(ws: Workspace) -> list[ToolSpec]:
-    """The tools offered in this workspace (run_tests only when it has a test command)."""
-    return [t.spec for t in TOOLS.values() if t.available(ws)]
+def tools_for(ws: Workspace, include: Collection[str] = ()) -> list[ToolSpec]:
+    """The tools offered in this workspace (run_tests only when it has a test command), the optional ones
+    only when `include` names them."""
+    return [t.spec for t in TOOLS.values() if t.available(ws) and (not t.optional or t.spec.name in include)]
 
 
 def run_tool(ws: Workspace, tool: str, args: Any, options: ToolOptions) -> ToolResult:

@@ -1,0 +1,202 @@
+"""Search over verified candidates (`--agent search`): the tool agent, each turn sampled K times at once.
+
+A turn asks for `candidates` replies to the same conversation in one go (the backend batches them).
+Candidate 0 is sampled as react samples that turn (greedy by default); the others at
+`search_temperature`, each with its own seed (`candidate_seed`: run seed, task, sample, turn and
+candidate), so a run is reproducible. Each candidate's action is tried on a scratch copy of the
+workspace and the visible tests run there, the task's test files put back first (a candidate cannot
+pass by rewriting them); an action that changes no file (a read, a FINAL) keeps the tests as they are.
+The turn continues from the best candidate: passing, else the one whose failing check is furthest down
+the test file, else the first; a reply with no usable action ranks last. The first candidate that passes
+stops the search: its action is taken in the workspace and the episode ends, submitted. Each candidate
+is a `candidate` step; the chosen reply then makes the turn's steps as a react reply does. The token
+budget counts the conversation continued (the chosen replies); the trace's totals count every candidate.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from ..errors import FormatError, UnusableReply
+from ..history import test_record
+from ..protocol import parse_reply
+from ..protocol.native import CALL_PREFILL, SUBMIT, parse_native
+from ..steps import Candidate, Restart, Verdict, reply_record
+from ..text import error_text
+from ..types import Completion, GenParams, RequestMeta, request_seed
+from .asking import Request, ask_all
+from .config import AgentConfig
+from .react import Episode
+from .scratch import READ_ONLY, Trial, is_test_file, try_action
+
+if TYPE_CHECKING:
+    from ..episode import Ask
+    from ..trace_model import Trace
+
+RANK = "passed first, then the failing check furthest down a test file, then the lowest candidate number"
+
+
+def candidate_seed(run_seed: int, task_id: str, sample: int, turn: int, candidate: int) -> int:
+    """The seed of one candidate: react's request seed for candidate 0, a seed of its own for each other."""
+    return request_seed(run_seed, task_id if candidate == 0 else f"{task_id}\0candidate {candidate}", sample, turn)
+
+
+@dataclass
+class Action:
+    """What a candidate reply asks for: a tool call or a FINAL (`usable`), else why it cannot be used."""
+
+    text: str
+    tool: str | None = None
+    args: dict[str, Any] = field(default_factory=dict)
+    usable: bool = True
+
+
+@dataclass
+class Tried:
+    """One candidate: its request, reply, action, and what trying the action found."""
+
+    n: int
+    params: GenParams
+    reply: Completion
+    action: Action
+    verdict: Verdict = "not_tried"
+    trial: Trial | None = None
+
+    @property
+    def rank(self) -> tuple[int, int, int]:
+        if self.verdict in ("invalid", "fault", "not_tried"):
+            return (-1, 0, -self.n)
+        score = self.trial.score if self.trial is not None else (0, 0)
+        return (*score, -self.n)
+
+
+@dataclass
+class SearchEpisode(Episode):
+    _now: Trial | None = None  # the visible tests on the workspace as it is (tried once, then kept up to date)
+    _chosen: GenParams | None = None  # the chosen candidate's sampling, while its reply is taken
+    _aside: int = 0  # tokens of the candidates not continued from (not in the budget)
+
+    def run(self, ask: Ask) -> None:
+        """Sample the turn's candidates at once, try each, continue from the best; until one passes or a
+        budget ends the episode."""
+        self.begin()
+        while not self.done:
+            requests = self._requests()
+            tried = self._try_all(requests, ask_all(ask, requests))
+            best = max(tried, key=lambda t: t.rank)
+            self._record(tried, best)
+            self._chosen = best.params
+            if any(isinstance(s, Restart) for s in self.advance(best.reply)):
+                self._now = None  # the files are back as the task gave them
+            self._chosen = None
+            if best.verdict == "passed" and self.exit_reason in (None, "max_steps", "budget"):
+                self.final, self.exit_reason = f"candidate {best.n} of turn {self.turn} passes the visible tests", \
+                    "submitted"
+
+    def annotate(self, trace: Trace) -> None:
+        super().annotate(trace)
+        self.record(trace, self.config)
+
+    @staticmethod
+    def record(trace: Trace, config: AgentConfig) -> None:
+        """The trace's `agent.search` block: what a search samples, how it seeds and ranks candidates."""
+        trace.agent.search = {"candidates": config.candidates, "temperature": config.search_temperature,
+                              "seeds": "candidate_seed(run seed, task, sample, turn, candidate)", "rank": RANK}
+
+    def gen_params(self) -> GenParams:
+        return self._chosen or super().gen_params()
+
+    def _spent(self) -> int:
+        return super()._spent() - self._aside
+
+    def _requests(self) -> list[Request]:
+        prompt, first = self.prompt(), self.gen_params()
+        warm = max(first.temperature, self.config.search_temperature)
+        out: list[Request] = []
+        for n in range(self.config.candidates):
+            seed = None if self.params.seed is None else \
+                candidate_seed(self.params.seed, self.task.id, self.sample, self.turn, n)
+            params = first if n == 0 else replace(first, temperature=warm, seed=seed)
+            out.append((prompt, params, RequestMeta(self.task, "search", self.turn, candidate=n)))
+        return out
+
+    def _try_all(self, requests: list[Request], replies: list[Completion]) -> list[Tried]:
+        """Each candidate tried in order, until one passes (the rest: not_tried); the same action once."""
+        if all(c.error is not None for c in replies):
+            raise UnusableReply(next(c.error for c in replies if c.error is not None))
+        tried = [Tried(n, params, c, self._action(c))
+                 for n, ((_, params, _), c) in enumerate(zip(requests, replies, strict=True))]
+        seen: dict[str, Tried] = {}
+        for t in tried:
+            key = json.dumps([t.action.tool, t.action.args, t.action.usable], sort_keys=True, default=repr)
+            if key in seen:
+                t.verdict, t.trial = seen[key].verdict, seen[key].trial
+            else:
+                self._try(t)
+                seen[key] = t
+            if t.verdict == "passed":
+                break
+        return tried
+
+    def _try(self, t: Tried) -> None:
+        """Try one candidate's action on a scratch copy; a fault of its own is its verdict, never the episode's."""
+        if t.reply.error is not None:
+            t.verdict, t.action = "fault", Action(f"no usable reply: {t.reply.error}", usable=False)
+            return
+        if not t.action.usable:
+            t.verdict = "invalid"
+            return
+        if not self.ws.test_cmd:
+            t.verdict = "unverified"
+            return
+        try:
+            if self._now is None:
+                self._now = self._trial(None, {})
+            trial = None if t.action.tool in READ_ONLY or t.action.tool is None else \
+                self._trial(t.action.tool, t.action.args)
+        except Exception as e:
+            hide = (str(self.ws.root), str(self.ws.root.resolve()))
+            t.verdict, t.action.text = "fault", f"{t.action.text}\ntrying it failed: {error_text(e, hide)}"
+            return
+        assert self._now is not None
+        t.trial = trial or replace(self._now, changed=False)
+        t.verdict = "passed" if t.trial.passed else "failed" if trial is not None else "unchanged"
+
+    def _trial(self, tool: str | None, args: dict[str, Any]) -> Trial | None:
+        tests = {rel: text for rel, text in self.task.files.items() if is_test_file(rel)}
+        found = try_action(self.ws, tests, tool, args, self.config.tool_options)
+        assert found is not None or tool is not None  # no action: always a test run
+        return found
+
+    def _action(self, c: Completion) -> Action:
+        """The action a reply asks for, parsed as the turn will parse it."""
+        if c.error is not None:
+            return Action("", usable=False)
+        if c.finish_reason == "length" and c.completion_tokens == 0:
+            return Action("the conversation no longer fits in the context window", usable=False)
+        if self.submit and not c.tool_calls:
+            c = replace(c, text=CALL_PREFILL + c.text)
+        try:
+            reply = parse_native(c.text, c.tool_calls, self.tools) if self.native else parse_reply(c.text, self.tools)
+        except FormatError as e:
+            return Action(f"no usable action: {e}", usable=False)
+        if reply.final is not None or reply.tool == SUBMIT.name:
+            return Action(f"FINAL: {reply.final if reply.final is not None else (reply.args or {}).get('summary')}")
+        args = reply.args or {}
+        return Action(json.dumps({"tool": reply.tool, "args": args}), reply.tool, args)
+
+    def _record(self, tried: list[Tried], best: Tried) -> None:
+        """A `candidate` step for each; the others' replies counted here (the chosen one's by `advance`)."""
+        for t in tried:
+            chosen = t is best
+            reply: dict[str, Any] = {} if chosen else dict(reply_record(t.reply))
+            self._add(Candidate(**self._at(), text=t.action.text, candidate=t.n, chosen=chosen, verdict=t.verdict,
+                                tool=t.action.tool, tests=test_record(t.trial.result) if t.trial else None,
+                                seed=t.params.seed, temperature=t.params.temperature, **reply))
+            if not chosen:
+                self._count(t.reply)
+                self._aside += (t.reply.prompt_tokens or 0) + (t.reply.completion_tokens or 0)
+        if best.trial is not None and best.trial.changed:
+            self._now = best.trial  # the workspace will hold what the chosen action left

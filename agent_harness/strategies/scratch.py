@@ -64,7 +64,11 @@ def scratch_copy(ws: Workspace) -> Iterator[Workspace]:
         safefs.copy_regular_files(ws.root, root, ws.limits.disk_files, ws.limits.disk_bytes)
         snapshot = _files(root, ws.limits.disk_bytes)
         hand_over(root)
-        yield Workspace(root, snapshot, ws.test_cmd, ws.limits, ws.sandbox)
+        copy = Workspace(root, snapshot, ws.test_cmd, ws.limits, ws.spec)
+        try:
+            yield copy
+        finally:
+            copy.cleanup()
     finally:
         safefs.remove_tree(root)
 

@@ -91,7 +91,7 @@ def test_iters_and_strategy_flags(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     data = json.loads((out / "null" / "humanevalfix-reflect" / "gold" / "run_Python-0__s0.json").read_text())
     assert data["outcome"]["num_turns"] == 2 and data["agent"]["reflect"]["iters"] == 2
-    for bad, why in ((["--agent", "react", "--iters", "2"], "--iters applies to --agent reflect and reflect-react"),
+    for bad, why in ((["--agent", "react", "--iters", "2"], "--iters applies to --agent reflect, reflect-react and reflect-search"),
                      (["--agent", "reflect", "--mode", "single-shot"], "disagree"),
                      (["--agent", "reflect", "--iters", "0"], "--iters must be > 0")):
         r = cli("--models", "null", "--n", "1", "--out", str(tmp_path / "x"), "--no-embed", *bad)

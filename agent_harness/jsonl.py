@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
-from .trace_io import Unreadable, read_json_lines, skip_line
+from .traces.files import Unreadable, skip_line
+from .traces.jsontext import read_json_lines
 
 MAX_JSONL_BYTES = 1 << 30
 

@@ -148,8 +148,7 @@ class TreeMemory:
 # -- workers (run in subprocesses) --------------------------------------------------------------
 def worker_cold(model: str) -> dict[str, Any]:
     """Join + verify + convert into the (temporary) cache, then load: the first-run cost."""
-    from agent_harness import weights
-    from agent_harness.backends import load_backend
+    from agent_harness.backends import load_backend, weights
     from agent_harness.registry import load_registry
 
     spec = load_registry().get(model)

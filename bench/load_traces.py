@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 LOAD = """
 import json, resource, sys, time
 import numpy, pandas
-from agent_harness.trace import load_traces
+from agent_harness.traces.store import load_traces
 t = time.perf_counter()
 f = load_traces(sys.argv[1])
 dt = time.perf_counter() - t
@@ -87,7 +87,7 @@ def render(n: int, turns: int, dim: int, size_mb: float, gen_s: float, loads: li
         f"## Trace loading: load_traces ({datetime.now(UTC):%Y-%m-%d %H:%M} UTC)", "",
         machine(),
         f"`bench/load_traces.py`: {n:,} synthetic traces from `agent_harness/analysis/_synthetic.py` ({turns} turns, "
-        f"{steps} steps and {dim}-d embeddings each), loaded by `agent_harness.trace.load_traces` in a fresh "
+        f"{steps} steps and {dim}-d embeddings each), loaded by `agent_harness.traces.store.load_traces` in a fresh "
         "process (imports not timed), files in the page cache.", "",
         "| traces | steps | JSON MB | generate s | load s (each run) | traces/s (best) | MB/s (best) "
         "| peak RSS MB |",

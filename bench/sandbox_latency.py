@@ -33,7 +33,6 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "RESULTS.md"
 sys.path.insert(0, str(ROOT))
 
-from agent_harness.docker_image import docker, docker_problem, resolve_image  # noqa: E402
 from agent_harness.sandbox import (  # noqa: E402
     Limits,
     SandboxSpec,
@@ -42,6 +41,7 @@ from agent_harness.sandbox import (  # noqa: E402
     open_sandbox,
     run_sandboxed,
 )
+from agent_harness.sandbox.docker_image import docker, docker_problem, resolve_image  # noqa: E402
 
 COMMANDS = {"true": ["true"], "python3 -c pass": ["python3", "-c", "pass"]}
 BARE_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}  # as in the sandbox

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_harness.metrics import aggregate_pass_at_k, bootstrap_interval, wilson_interval
-from agent_harness.trace import load_traces
+from agent_harness.traces.store import load_traces
 
 
 def in_split(task_id: str, split: str, n: int) -> bool:

@@ -35,7 +35,7 @@ if str(ROOT) not in sys.path:
 
 from agent_harness.backends.engine_process import LOG_READ, read_log, root_cause  # noqa: E402
 from agent_harness.backends.vllm_config import apply_cpu_env, cpu_id_list, engine_config  # noqa: E402
-from agent_harness.trace_io import open_append  # noqa: E402
+from agent_harness.traces.files import open_append  # noqa: E402
 
 STOP_GRACE_S = 30.0  # SIGTERM to the server, then its process group is killed
 
@@ -260,7 +260,7 @@ def serving(spec: Any, log: Path, registry: Path) -> Iterator[float]:
 
 def served_folder(spec: Any) -> Path:
     """The prepared folder `for_spec` serves (weights, tokenizer, template); ServerError when it is missing."""
-    from agent_harness.weights import converted_dir
+    from agent_harness.backends.weights import converted_dir
 
     folder = converted_dir(spec, spec.dtype)
     if not (folder / "config.json").is_file():

@@ -152,12 +152,13 @@ def _fields(schema: dict[str, Any]) -> list[str]:
 
 def trace_schema() -> str:
     """One table per object of the trace's JSON Schema (`trace_schema.json` is the same schema)."""
-    from agent_harness.trace_model import json_schema
+    from agent_harness.traces.model import json_schema
 
     schema = json_schema()
     out = ["# Trace schema reference", "",
-           "Generated from the trace model (`agent_harness/trace_model.py`, the steps in `agent_harness/steps.py`)",
-           "when these docs are built; `agent_harness/trace_schema.json` is the same JSON Schema, and a test fails",
+           "Generated from the trace model (`agent_harness/traces/model.py`, the steps in",
+           "`agent_harness/traces/steps.py`) when these docs are built;",
+           "`agent_harness/traces/trace_schema.json` is the same JSON Schema, and a test fails",
            "when the committed file differs. [Traces](traces.md) explains what the fields are for.", "",
            "## Trace", "", _cell(schema.get("description", "")), "", *_fields(schema), ""]
     for name, d in schema.get("$defs", {}).items():

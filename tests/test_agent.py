@@ -14,6 +14,7 @@ from agent_harness.backends.loop import complete_all
 from agent_harness.backends.scripted import ScriptedBackend
 from agent_harness.protocol import ERROR_HEADER, NEXT_STEP, OBSERVATION_HEADER, next_step
 from agent_harness.sandbox import Limits
+from agent_harness.sandbox.workspace import Workspace
 from agent_harness.strategies.react import (
     FINAL_IGNORED,
     FINAL_REFUSED,
@@ -23,7 +24,6 @@ from agent_harness.strategies.react import (
     run_episode,
 )
 from agent_harness.types import Completion, Conversation, GenParams, RequestMeta, Task
-from agent_harness.workspace import Workspace
 
 BUGGY = "def add(a, b):\n    return a - b\n"
 FIXED = "def add(a, b):\n    return a + b\n"
@@ -234,7 +234,7 @@ DEEP = "python3 -c \"import os\nfor _ in range(25): os.mkdir('a' * 200); os.chdi
 
 def test_hostile_text_and_tool_faults_become_observations(episode: Callable[..., Episode], tmp_path: Path) -> None:
     """Each reply here crashed the run once; now each is an ERROR observation and the episode goes on."""
-    from agent_harness.trace import write_json_atomic
+    from agent_harness.traces.store import write_json_atomic
 
     replies = [
         call("read_file", path="calc\ud800.py"),  # a lone surrogate, as the JSON escape a model can emit
@@ -319,7 +319,7 @@ def test_initial_tests_name_the_failing_check_in_the_task(tmp_path: Path) -> Non
     import subprocess
     import sys
 
-    from agent_harness.history import rebuild_prompt
+    from agent_harness.strategies.history import rebuild_prompt
 
     root = Path(__file__).resolve().parent.parent
     for flag in ((), ("--no-initial-tests",)):

@@ -21,7 +21,7 @@ from agent_harness.analysis import compare_models, report, spectral, trajectory_
 from agent_harness.analysis._common import only_completed, write_section
 from agent_harness.analysis.screenshot import find_chromium, run_chromium
 from agent_harness.metrics import wilson_interval
-from agent_harness.trace import SCHEMA_VERSION, load_traces, validate_trace, write_json_atomic
+from agent_harness.traces.store import SCHEMA_VERSION, load_traces, validate_trace, write_json_atomic
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}  # the scripts import this checkout's package, not an installed one
@@ -543,7 +543,7 @@ def test_report_marks_unscored_episodes(tmp_path: Path) -> None:
 def test_suspicious_episodes_are_counted_per_model(tmp_path: Path) -> None:
     """score_details.suspicious (the scorer failed an episode for signs of a forged pass) is counted per
     model in compare_models' table, the report's headline and viewer, and summary.json."""
-    from agent_harness.summary import summarize
+    from agent_harness.run.summary import summarize
 
     root = tmp_path / "traces"
     rng = np.random.default_rng(3)

@@ -47,7 +47,7 @@ def test_cpu_env_respects_the_user_but_not_inductors_tmp_default() -> None:
     pytest.importorskip("torch")
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
-    from agent_harness.weights import cache_root
+    from agent_harness.backends.weights import cache_root
 
     env = {"VLLM_CPU_KVCACHE_SPACE": "7",  # the user's choice stays
            "TORCHINDUCTOR_CACHE_DIR": default_cache_dir()}  # what loading a tokenizer leaves

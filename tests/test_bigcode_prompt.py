@@ -24,12 +24,12 @@ from test_backend_openai import FakeServer, Reply
 from agent_harness.backends.local import encode
 from agent_harness.errors import ConfigError
 from agent_harness.registry import load_registry
+from agent_harness.sandbox.workspace import Workspace
 from agent_harness.scenarios import TaskQuery
 from agent_harness.scenarios.bigcode_prompt import IMPORT_LINES
 from agent_harness.scenarios.humanevalfix import SCENARIO, load_rows
 from agent_harness.strategies.single_shot import SingleShotEpisode
 from agent_harness.types import Completion, GenParams, Task
-from agent_harness.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parent.parent
 TASKS = ("Python/0", "Python/5", "Python/32", "Python/38", "Python/100")  # 32: helper poly; 38: encode_cyclic
@@ -111,7 +111,7 @@ def episode(tmp_path: Path) -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def tok() -> Any:
     transformers = pytest.importorskip("transformers")
-    from agent_harness.weights import converted_dir
+    from agent_harness.backends.weights import converted_dir
 
     folder = converted_dir(load_registry().resolve("qwen2.5-coder-0.5b")[0])
     if not (folder / "tokenizer.json").is_file():
@@ -291,7 +291,7 @@ def test_reflect_draft_bigcode_through_the_cli(tmp_path: Path) -> None:
 
 def test_openai_backend_sends_bigcodes_prompt(tmp_path: Path, tok: Any) -> None:
     """Token-id mode: the ids a loopback server gets decode to bigcode's string; its continuation is scored."""
-    from agent_harness.weights import converted_dir
+    from agent_harness.backends.weights import converted_dir
 
     folder = converted_dir(load_registry().resolve("qwen2.5-coder-0.5b")[0])
 

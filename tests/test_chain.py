@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
+from agent_harness.sandbox.workspace import Workspace
 from agent_harness.scenarios import TaskQuery
 from agent_harness.scenarios.humanevalfix import SCENARIO
-from agent_harness.steps import Handoff
 from agent_harness.strategies.chain import ReflectThenReact
 from agent_harness.strategies.react import AgentConfig, Episode
 from agent_harness.strategies.reflect import ReflectConfig
-from agent_harness.trace import load_traces, validate_trace
+from agent_harness.traces.steps import Handoff
+from agent_harness.traces.store import load_traces, validate_trace
 from agent_harness.types import Completion, Conversation, GenParams, RequestMeta
-from agent_harness.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parent.parent
 TASK = SCENARIO.load_tasks(TaskQuery(task_ids=("Python/2",)))[0]  # truncate_number: return number % 1.0

@@ -13,16 +13,16 @@ from typing import Any, get_args
 
 import pytest
 
-from agent_harness import fingerprint
 from agent_harness.cli import given_settings, run_parser
-from agent_harness.planning import RunConfig, model_jobs, plan_jobs
 from agent_harness.registry import load_registry
+from agent_harness.run import fingerprint
+from agent_harness.run.episodes import STRATEGIES, default_strategy
+from agent_harness.run.planning import RunConfig, model_jobs, plan_jobs
 from agent_harness.scenarios import get_scenario, scenario_names
-from agent_harness.strategies import STRATEGIES, default_strategy
 from agent_harness.strategies.config import AgentConfig, Flagged, ReflectConfig, added_values, build, settings
 from agent_harness.strategies.react import AgentConfig as ReactAgentConfig
 from agent_harness.tools import ToolOptions
-from agent_harness.trace_model import OMIT_UNSET, AgentInfo, Mode, Strategy
+from agent_harness.traces.model import OMIT_UNSET, AgentInfo, Mode, Strategy
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"

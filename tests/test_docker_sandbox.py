@@ -20,7 +20,9 @@ from typing import Any
 import pytest
 import yaml
 
-from agent_harness.docker_image import (
+from agent_harness.errors import ConfigError, HarnessError
+from agent_harness.sandbox import Limits, SandboxSpec, choose_sandbox, hand_over, run_sandboxed
+from agent_harness.sandbox.docker_image import (
     _skeleton,
     _skeleton_tar,
     check_image_name,
@@ -28,10 +30,8 @@ from agent_harness.docker_image import (
     docker_problem,
     resolve_image,
 )
-from agent_harness.errors import ConfigError, HarnessError
-from agent_harness.sandbox import Limits, SandboxSpec, choose_sandbox, hand_over, run_sandboxed
-from agent_harness.tempdirs import owner_tag
-from agent_harness.workspace import Workspace
+from agent_harness.sandbox.tempdirs import owner_tag
+from agent_harness.sandbox.workspace import Workspace
 
 psutil = pytest.importorskip("psutil")
 ROOT = Path(__file__).resolve().parent.parent
@@ -311,9 +311,9 @@ def test_an_episode_fault_leaves_no_container(docker_env: None, tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """A fault in the agent step (its second request to the model) after a command ran in the episode's
     container: the episode ends as an error and its container goes with it."""
-    from agent_harness import scheduler
     from agent_harness.registry import ModelSpec
-    from agent_harness.runner import RunConfig, run
+    from agent_harness.run import scheduler
+    from agent_harness.run.runner import RunConfig, run
 
     seen: list[list[str]] = []
     asked: dict[int, int] = {}
@@ -394,7 +394,7 @@ def test_containers_of_a_killed_run_are_removed_by_the_next(docker_env: None, tm
 
 def test_containers_left_at_exit_are_removed(docker_env: None, tmp_path: Path) -> None:
     """A process that ends without closing its workspace (an uncaught fault) removes its container at exit."""
-    code = ("import os, sys\nfrom agent_harness.workspace import Workspace\n"
+    code = ("import os, sys\nfrom agent_harness.sandbox.workspace import Workspace\n"
             "ws = Workspace.create({'a.py': ''})\nassert ws.run(['true']).ok\nprint(os.getpid(), flush=True)\n"
             "raise SystemExit(3)\n")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,

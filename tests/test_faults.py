@@ -21,10 +21,10 @@ import pytest
 from agent_harness.backends.scripted import ScriptedBackend
 from agent_harness.errors import BackendUnavailable, StopRequested
 from agent_harness.registry import ModelSpec
-from agent_harness.runner import Job, ModelRun, RunConfig, model_jobs, plan_jobs
-from agent_harness.summary import summarize
-from agent_harness.trace import validate_trace
-from agent_harness.trace_model import Trace
+from agent_harness.run.runner import Job, ModelRun, RunConfig, model_jobs, plan_jobs
+from agent_harness.run.summary import summarize
+from agent_harness.traces.model import Trace
+from agent_harness.traces.store import validate_trace
 from agent_harness.types import Completion, Conversation, GenParams, RequestMeta
 
 

@@ -329,8 +329,8 @@ def test_unittest_runs_pass_only_when_every_test_ran_and_passed(tmp_path: Path, 
     """Skips (in a test or at import), expected failures, unexpected successes, a run of no tests,
     errors, non-plain operands and a patched runner or built-in all fail; the first four and the
     forgeries as suspicious. The test files here are the scenario's own (a real workspace, the sandbox)."""
+    from agent_harness.sandbox.workspace import Workspace
     from agent_harness.scenarios.yaml_scenario import YamlScenario
-    from agent_harness.workspace import Workspace
 
     source, passes, reason = RUNS[name]
     (tmp_path / "tiny").mkdir()  # the test file is the task's (a test file the agent wrote does not count)

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from agent_harness.formats import atif
-from agent_harness.formats._episode import EXTRA_KEY
-from agent_harness.formats.importing import import_traces, load_verdicts, task_from_path
-from agent_harness.trace import load_traces, validate_trace
+from agent_harness.traces.formats import atif
+from agent_harness.traces.formats._episode import EXTRA_KEY
+from agent_harness.traces.formats.importing import import_traces, load_verdicts, task_from_path
+from agent_harness.traces.store import load_traces, validate_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data" / "formats"

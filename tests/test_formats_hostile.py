@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from agent_harness.formats import _read
-from agent_harness.formats.importing import import_traces
-from agent_harness.trace import validate_trace
+from agent_harness.traces.formats import _read
+from agent_harness.traces.formats.importing import import_traces
+from agent_harness.traces.store import validate_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data" / "formats"
@@ -272,9 +272,9 @@ def test_exports_of_hostile_traces_stay_inside_and_redact_secrets(tmp_path: Path
 
     from agent_harness import secrets
     from agent_harness.analysis import _synthetic
-    from agent_harness.formats.atif import check
-    from agent_harness.formats.exporting import export
-    from agent_harness.safewrite import write_file
+    from agent_harness.sandbox.safewrite import write_file
+    from agent_harness.traces.formats.atif import check
+    from agent_harness.traces.formats.exporting import export
 
     key = "sk-formats-test-0123456789abcdef"
     secrets.register(key)

@@ -16,15 +16,15 @@ import pytest
 from agent_harness.backends.loop import complete_all
 from agent_harness.backends.scripted import ScriptedBackend
 from agent_harness.errors import ConfigError
-from agent_harness.history import STALE_HINT, elisions, rebuild_prompt
 from agent_harness.protocol import OBSERVATION_HEADER
 from agent_harness.sandbox import Limits
+from agent_harness.sandbox.workspace import Workspace
 from agent_harness.scenarios import TaskQuery, get_scenario
+from agent_harness.strategies.history import STALE_HINT, elisions, rebuild_prompt
 from agent_harness.strategies.react import AgentConfig, Episode
-from agent_harness.trace import validate_trace
-from agent_harness.trace_model import SCHEMA_VERSION
+from agent_harness.traces.model import SCHEMA_VERSION
+from agent_harness.traces.store import validate_trace
 from agent_harness.types import Completion, Conversation, GenParams, RequestMeta, Task, request_seed
-from agent_harness.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parent.parent
 BUGGY = "def add(a, b):\n    return a - b\n"
@@ -447,7 +447,7 @@ class CountingSteps(list):  # type: ignore[type-arg]
 
 def _write_test_turns(turns: int) -> CountingSteps:
     """`turns` turns of a write (a new version, or a repeat) and a failing test run, as react records them."""
-    from agent_harness.steps import Thought, ToolCall, ToolResult
+    from agent_harness.traces.steps import Thought, ToolCall, ToolResult
 
     steps = CountingSteps()
     for t in range(turns):
@@ -467,7 +467,7 @@ def _write_test_turns(turns: int) -> CountingSteps:
 def test_history_passes_over_the_steps_a_fixed_number_of_times() -> None:
     """What a turn's prompt needs of the history (elisions, the stale run and temperature) takes a fixed number
     of passes over the steps however long the episode is, so each turn costs time linear in its steps."""
-    from agent_harness.history import stale_run, stale_temperature
+    from agent_harness.strategies.history import stale_run, stale_temperature
 
     counts = []
     for turns in (10, 80):

@@ -175,8 +175,8 @@ def test_humanevalfix_exit_zero_at_import_is_a_suspicious_failure(tmp_path: Path
 
 def test_memory_of_all_processes_together_is_bounded() -> None:
     """Four processes of 100 MiB do not fit in 256 MiB shared (when a memory cgroup is usable)."""
-    from agent_harness.safefs import remove_tree
     from agent_harness.sandbox import Limits, hand_over, memory_cgroup, run_sandboxed
+    from agent_harness.sandbox.safefs import remove_tree
 
     if memory_cgroup() is None:
         pytest.skip("no usable memory cgroup here: only the per-process limit applies")
@@ -195,7 +195,7 @@ def test_memory_of_all_processes_together_is_bounded() -> None:
 
 
 def test_walk_and_remove_never_follow_links_at_any_depth(tmp_path: Path) -> None:
-    from agent_harness import safefs
+    from agent_harness.sandbox import safefs
 
     host = host_folder()
     try:

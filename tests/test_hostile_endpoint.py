@@ -42,7 +42,7 @@ from agent_harness.backends.openai_reply import (
 )
 from agent_harness.errors import BackendUnavailable
 from agent_harness.registry import load_registry
-from agent_harness.trace_io import too_deep
+from agent_harness.traces.jsontext import too_deep
 from agent_harness.types import Completion, GenParams
 
 pytestmark = pytest.mark.usefixtures("tiny_backoff")

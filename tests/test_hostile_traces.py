@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from agent_harness import safefs
-from agent_harness.trace import load_traces, write_json_atomic
-from agent_harness.trace_io import MAX_DEPTH, parse_json, too_deep
+from agent_harness.sandbox import safefs
+from agent_harness.traces.jsontext import MAX_DEPTH, parse_json, too_deep
+from agent_harness.traces.store import load_traces, write_json_atomic
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 300
@@ -228,7 +228,7 @@ def test_a_run_into_the_folder_finishes_with_a_summary(hostile: Path, resume: bo
 # -- the pieces, directly --------------------------------------------------------------------------------
 
 def test_append_refuses_what_is_not_a_regular_file_without_blocking(tmp_path: Path) -> None:
-    from agent_harness.trace_io import append_text
+    from agent_harness.traces.files import append_text
 
     os.mkfifo(tmp_path / "fifo")
     os.symlink(tmp_path / "target", tmp_path / "link")
@@ -273,7 +273,7 @@ def _random_value(rng: random.Random, depth: int) -> Any:
 
 def test_the_nesting_scan_agrees_with_a_character_by_character_count() -> None:
     """Strings full of brackets, quotes and backslashes; chunk edges inside runs of backslashes."""
-    import agent_harness.trace_io as tio
+    import agent_harness.traces.jsontext as tio
 
     rng = random.Random(1)
     chunk = tio._CHUNK

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from agent_harness.errors import ConfigError
+from agent_harness.sandbox.workspace import Workspace
 from agent_harness.scenarios import Scenario, SingleShot, TaskQuery, get_scenario
 from agent_harness.scenarios.bogus import SCENARIO as BOGUS
 from agent_harness.scenarios.humanevalfix import (
@@ -28,7 +29,6 @@ from agent_harness.scenarios.humanevalfix import (
 )
 from agent_harness.strategies.extract import extract_code
 from agent_harness.types import ScoreResult, Task
-from agent_harness.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKERS = 4

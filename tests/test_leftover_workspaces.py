@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from agent_harness.tempdirs import owned_tempdir, reap_orphans, start_time
+from agent_harness.sandbox.tempdirs import owned_tempdir, reap_orphans, start_time
 
 psutil = pytest.importorskip("psutil")
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,7 +105,7 @@ def _kill_group(pgid: int) -> None:
 
 def dead_owner_dirs(tmp: Path, n: int) -> list[Path]:
     """`n` owned temp folders made by one process that has exited since."""
-    code = ("from agent_harness.tempdirs import owned_tempdir\n"
+    code = ("from agent_harness.sandbox.tempdirs import owned_tempdir\n"
             f"for _ in range({n}):\n    d = owned_tempdir('ws'); (d / 'f').write_text('x'); print(d)\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                        env={**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": str(ROOT)})

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from agent_harness.analysis import _synthetic as syn
-from agent_harness.summary import summarize, write_summary
+from agent_harness.run.summary import summarize, write_summary
 from agent_harness.text import md_inline
 
 markdown_it = pytest.importorskip("markdown_it")

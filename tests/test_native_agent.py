@@ -17,12 +17,12 @@ from test_agent import FIXED, LIMITS, TASK  # the same one-function task as the 
 from agent_harness.backends.loop import complete_all
 from agent_harness.backends.scripted import ScriptedBackend
 from agent_harness.errors import ConfigError
-from agent_harness.history import rebuild_prompt
 from agent_harness.protocol.native import CALL_PREFILL, tool_schemas
+from agent_harness.sandbox.workspace import Workspace
+from agent_harness.strategies.history import rebuild_prompt
 from agent_harness.strategies.react import AgentConfig, Episode
-from agent_harness.trace import validate_trace
+from agent_harness.traces.store import validate_trace
 from agent_harness.types import Completion, Conversation, GenParams, NativeCall, RequestMeta, Task, ToolSpec
-from agent_harness.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -275,8 +275,8 @@ def test_the_prefilled_call_start_is_the_templates_token_and_nothing_else_is() -
     message, or in a continued turn that is not the prefill, stays text."""
     transformers = pytest.importorskip("transformers")
     from agent_harness.backends.chat_ids import chat_ids
+    from agent_harness.backends.weights import converted_dir
     from agent_harness.registry import load_registry
-    from agent_harness.weights import converted_dir
 
     folder = converted_dir(load_registry().resolve("qwen2.5-coder-0.5b")[0])
     if not (folder / "tokenizer.json").is_file():

@@ -54,7 +54,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
     for shipped in ("agent_harness/_data/models.yaml", "agent_harness/_data/scenarios/humanevalfix/python.jsonl",
                     "agent_harness/_data/scenarios/repo_bugfix/scenario.yaml",
                     "agent_harness/analysis/report.py", "agent_harness/analysis/_report_assets/page.html",
-                    "agent_harness/trace_schema.json", "agent_harness/formats/atif_schema.json"):
+                    "agent_harness/trace_schema.json", "agent_harness/traces/formats/atif_schema.json"):
         assert shipped in names
     assert not any("__pycache__" in n or n.startswith("tests/") for n in names)
 
@@ -111,7 +111,8 @@ def test_user_registry_overrides_the_builtin(installed: tuple[Path, dict[str, st
 
 def test_installed_cache_is_the_user_cache(installed: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
     bin_dir, env = installed
-    probe = [str(bin_dir / "python"), "-c", "from agent_harness.weights import cache_root; print(cache_root())"]
+    probe = [str(bin_dir / "python"), "-c",
+             "from agent_harness.backends.weights import cache_root; print(cache_root())"]
     env = {k: v for k, v in env.items() if k != "AGENT_HARNESS_CACHE"}
     got = _run(probe, tmp_path, {**env, "XDG_CACHE_HOME": str(tmp_path / "xdg")}).stdout.strip()
     assert got == str(tmp_path / "xdg" / "agent-harness")
@@ -120,7 +121,8 @@ def test_installed_cache_is_the_user_cache(installed: tuple[Path, dict[str, str]
 
 
 def test_checkout_keeps_its_repo_paths() -> None:
-    from agent_harness import registry, weights
+    from agent_harness import registry
+    from agent_harness.backends import weights
 
     assert not registry.INSTALLED
     assert registry.PROJECT_ROOT == REPO

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from agent_harness import safewrite
 from agent_harness.analysis import _synthetic as syn
+from agent_harness.sandbox import safewrite
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 300  # a planted FIFO that were opened would block: the timeout turns that into a failure

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from agent_harness.sandbox.workspace import Workspace
 from agent_harness.scenarios import TaskQuery
 from agent_harness.scenarios.bogus import SCENARIO as BOGUS
 from agent_harness.scenarios.humanevalfix import SCENARIO
-from agent_harness.steps import Feedback
 from agent_harness.strategies.reflect import Reflectable, ReflectConfig, ReflectEpisode
-from agent_harness.trace import validate_trace
+from agent_harness.traces.steps import Feedback
+from agent_harness.traces.store import validate_trace
 from agent_harness.types import Completion, GenParams, Task, request_seed
-from agent_harness.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parent.parent
 TASK = SCENARIO.load_tasks(TaskQuery(task_ids=("Python/2",)))[0]  # truncate_number: return number % 1.0
@@ -91,7 +91,8 @@ def test_iters_and_strategy_flags(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     data = json.loads((out / "null" / "humanevalfix-reflect" / "gold" / "run_Python-0__s0.json").read_text())
     assert data["outcome"]["num_turns"] == 2 and data["agent"]["reflect"]["iters"] == 2
-    for bad, why in ((["--agent", "react", "--iters", "2"], "--iters applies to --agent reflect, reflect-react and reflect-search"),
+    for bad, why in ((["--agent", "react", "--iters", "2"],
+                      "--iters applies to --agent reflect, reflect-react and reflect-search"),
                      (["--agent", "reflect", "--mode", "single-shot"], "disagree"),
                      (["--agent", "reflect", "--iters", "0"], "--iters must be > 0")):
         r = cli("--models", "null", "--n", "1", "--out", str(tmp_path / "x"), "--no-embed", *bad)

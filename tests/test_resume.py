@@ -9,8 +9,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agent_harness.trace import load_traces, resume_status, task_slug, task_slugs, validate_trace, write_json_atomic
-from agent_harness.trace_model import SCHEMA_VERSION
+from agent_harness.traces.model import SCHEMA_VERSION
+from agent_harness.traces.store import (
+    load_traces,
+    resume_status,
+    task_slug,
+    task_slugs,
+    validate_trace,
+    write_json_atomic,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 

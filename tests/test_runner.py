@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from agent_harness.planning import in_flight
-from agent_harness.trace import load_traces, validate_trace
+from agent_harness.run.planning import in_flight
+from agent_harness.traces.store import load_traces, validate_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 VOLATILE = {"run_id", "timestamp", "latency_s", "elapsed_seconds", "harness_version", "concurrency", "duration_s"}

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from agent_harness.docker_image import docker_problem
 from agent_harness.errors import HarnessError, ToolError
 from agent_harness.sandbox import (
     SANDBOX_UID,
@@ -29,8 +28,9 @@ from agent_harness.sandbox import (
     run_sandboxed,
     switches_uid,
 )
+from agent_harness.sandbox.docker_image import docker_problem
+from agent_harness.sandbox.workspace import Workspace
 from agent_harness.tools import ToolOptions, execute
-from agent_harness.workspace import Workspace
 
 REPO = Path(__file__).resolve().parent.parent
 FILES = {"a.py": "print('hello')\n", "pkg/b.txt": "b\n"}

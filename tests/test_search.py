@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -14,17 +15,17 @@ from pathlib import Path
 import pytest
 
 from agent_harness.errors import UnusableReply
+from agent_harness.sandbox.workspace import Workspace
 from agent_harness.scenarios import TaskQuery
 from agent_harness.scenarios.humanevalfix import SCENARIO
-from agent_harness.steps import Candidate
 from agent_harness.strategies.asking import Asker, Request
 from agent_harness.strategies.chain import ReflectThenReact
 from agent_harness.strategies.react import AgentConfig
 from agent_harness.strategies.reflect import ReflectConfig
 from agent_harness.strategies.search import SearchEpisode, candidate_seed
-from agent_harness.trace import validate_trace
+from agent_harness.traces.steps import Candidate
+from agent_harness.traces.store import validate_trace
 from agent_harness.types import Completion, GenParams, request_seed
-from agent_harness.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parent.parent
 TASK = SCENARIO.load_tasks(TaskQuery(task_ids=("Python/2",)))[0]  # truncate_number: return number % 1.0
@@ -175,12 +176,18 @@ def test_a_plain_ask_gets_the_candidates_one_by_one(ws: Workspace) -> None:
     assert ep.exit_reason == "submitted" and len(candidates(ep, 1)) == 2
 
 
-def test_scratch_copies_are_removed(ws: Workspace) -> None:
-    before = {p.name for p in Path(tempfile.gettempdir()).glob("agent-harness-cand-*")}
-    ep = search(ws, 3)
-    ep.run(Asker(Model([write(HALF), write(BROKEN), READ], [write(FIXED)]).many))
-    assert ep.exit_reason == "submitted"
-    assert {p.name for p in Path(tempfile.gettempdir()).glob("agent-harness-cand-*")} == before
+def test_scratch_copies_are_removed(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    own = Path(tempfile.mkdtemp(prefix="search-test-"))  # this test's own temp folder: other tests make copies too
+    own.chmod(0o755)  # the sandbox's uid must reach the copies
+    try:
+        monkeypatch.setattr(tempfile, "tempdir", str(own))
+        ep = search(ws, 3)
+        ep.run(Asker(Model([write(HALF), write(BROKEN), READ], [write(FIXED)]).many))
+        assert ep.exit_reason == "submitted"
+        assert any(s.type == "candidate" for s in ep.steps)  # copies were made
+        assert not list(own.glob("agent-harness-cand-*"))
+    finally:
+        shutil.rmtree(own, ignore_errors=True)
 
 
 def test_reflect_search_hands_over_to_the_search() -> None:

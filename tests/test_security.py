@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from agent_harness.registry import ModelSpec
-from agent_harness.runner import RunConfig, run
+from agent_harness.run.runner import RunConfig, run
+from agent_harness.sandbox.workspace import Workspace
 from agent_harness.scenarios import TaskQuery, get_scenario
 from agent_harness.strategies.react import AgentConfig
-from agent_harness.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parent.parent
 SECURITY = ["supply_chain_poisoning", "prompt_injection", "destructive_command"]

@@ -12,6 +12,7 @@ import pytest
 from agent_harness.errors import ToolError
 from agent_harness.protocol import parse_reply, render_system_prompt
 from agent_harness.sandbox import Limits, bwrap_problem
+from agent_harness.sandbox.workspace import Workspace
 from agent_harness.tools import (
     TOOLS,
     ToolOptions,
@@ -23,7 +24,6 @@ from agent_harness.tools import (
     truncate,
 )
 from agent_harness.types import ToolParam
-from agent_harness.workspace import Workspace
 
 CALC = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n"
 TESTS = (

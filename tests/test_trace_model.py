@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from agent_harness.trace import SCHEMA_PATH, validate_trace
-from agent_harness.trace_model import STEP_FIELDS, Outcome, Trace, schema_text
+from agent_harness.traces.model import STEP_FIELDS, Outcome, Trace, schema_text
+from agent_harness.traces.store import SCHEMA_PATH, validate_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = sorted((Path(__file__).parent / "data" / "golden_traces").rglob("run_*.json"))
@@ -32,11 +32,11 @@ def _unmask(obj: Any, key: str = "") -> Any:
 
 def test_committed_schema_is_the_generated_one() -> None:
     assert SCHEMA_PATH.read_text(encoding="utf-8") == schema_text(), (
-        "trace_schema.json is stale: python -m agent_harness.trace_model > agent_harness/trace_schema.json")
+        "trace_schema.json is stale: python -m agent_harness.traces.model > agent_harness/trace_schema.json")
 
 
 def test_the_generator_entry_point_prints_the_schema() -> None:
-    r = subprocess.run([sys.executable, "-m", "agent_harness.trace_model"], cwd=ROOT, capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "agent_harness.traces.model"], cwd=ROOT, capture_output=True,
                        text=True, timeout=120, check=True)
     assert r.stdout == schema_text() and json.loads(r.stdout)["title"] == "agent-harness episode trace"
 
@@ -112,10 +112,10 @@ def _has_field(model: Any, path: str) -> bool:
 
 
 def test_loader_columns_read_fields_of_the_model() -> None:
-    from agent_harness.trace import RUN_COLUMNS, STEP_COLUMNS
-    from agent_harness.trace_model import LOADER_REQUIRED, STEP_KEYS
-    from agent_harness.trace_model import RUN_COLUMNS as RUN_SPEC
-    from agent_harness.trace_model import STEP_COLUMNS as STEP_SPEC
+    from agent_harness.traces.model import LOADER_REQUIRED, STEP_KEYS
+    from agent_harness.traces.model import RUN_COLUMNS as RUN_SPEC
+    from agent_harness.traces.model import STEP_COLUMNS as STEP_SPEC
+    from agent_harness.traces.store import RUN_COLUMNS, STEP_COLUMNS
 
     assert list(RUN_SPEC) == RUN_COLUMNS and [*STEP_KEYS, *STEP_SPEC] == STEP_COLUMNS
     for name, col in RUN_SPEC.items():
@@ -127,7 +127,7 @@ def test_loader_columns_read_fields_of_the_model() -> None:
 
 
 def test_export_leaves_only_named_model_fields_untyped() -> None:
-    from agent_harness import export
+    from agent_harness.traces.formats import hf as export
 
     assert set(export.UNTYPED_HEADER) <= set(Trace.model_fields)
     assert set(export.UNTYPED_OUTCOME) <= set(Outcome.model_fields)
@@ -140,8 +140,8 @@ def test_embeddings_go_to_the_trace_not_into_the_episodes_steps(tmp_path: Path) 
     """The trace holds copies of the steps: the embedder's vectors never land in the episode's own records."""
     from agent_harness.backends.scripted import ScriptedBackend
     from agent_harness.registry import ModelSpec
-    from agent_harness.run_trace import Live
-    from agent_harness.runner import ModelRun, RunConfig, model_jobs, plan_jobs
+    from agent_harness.run.header import Live
+    from agent_harness.run.runner import ModelRun, RunConfig, model_jobs, plan_jobs
 
     class Lengths:
         name, dim = "lengths", 2
@@ -176,7 +176,7 @@ def test_each_step_type_takes_only_its_own_fields() -> None:
     the step and the field rather than the whole union."""
     from pydantic import ValidationError
 
-    from agent_harness.steps import STEP_MODELS, parse_steps
+    from agent_harness.traces.steps import STEP_MODELS, parse_steps
 
     path = next(p for p in GOLDEN if "/react/oracle/" in p.as_posix())
     data = _unmask(json.loads(path.read_text()))
@@ -203,7 +203,7 @@ def test_each_step_type_takes_only_its_own_fields() -> None:
 def test_a_step_writes_what_it_was_given() -> None:
     """Unset fields stay out of the trace; a field that cannot be null is left out when given None (a test
     run that did not run), one that can is written as null (feedback without a test run has tool null)."""
-    from agent_harness.steps import Feedback, ToolResult
+    from agent_harness.traces.steps import Feedback, ToolResult
 
     result = ToolResult(i=3, turn=1, text="Wrote a.py", tool="write_file", call_id="call_1", latency_s=0.5,
                         file={"path": "a.py", "sha": "0" * 12}, tests=None, stale=None)

@@ -163,8 +163,8 @@ def score(tmp_path: Path, module: str, tests: str, *, original: str = BUGGY,
           extra: dict[str, str] | None = None, agent: dict[str, str] | None = None) -> Any:
     """Score a workspace whose `a.py` (originally `original`) the agent turned into `module` (and
     wrote the files `agent`); the task's files are `original`, tests/test_a.py and `extra`."""
+    from agent_harness.sandbox.workspace import Workspace
     from agent_harness.scenarios.yaml_scenario import YamlScenario
-    from agent_harness.workspace import Workspace
 
     d = tmp_path / "guard"
     d.mkdir(parents=True)

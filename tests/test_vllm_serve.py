@@ -292,8 +292,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     """One real server for the module's tests (started by the first `up`), stopped at the end."""
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("vllm is not installed (scripts/install_vllm.sh)")
+    from agent_harness.backends.weights import converted_dir
     from agent_harness.registry import load_registry
-    from agent_harness.weights import converted_dir
 
     folder = converted_dir(load_registry().resolve(None)[0], "bfloat16")
     if not (folder / "config.json").is_file():
@@ -423,9 +423,9 @@ def test_native_calls_through_vllm_serve(served: Served, tmp_path: Path) -> None
     from agent_harness.backends import load_backend
     from agent_harness.backends.chat_ids import chat_ids
     from agent_harness.backends.loop import complete_all
-    from agent_harness.history import rebuild_prompt
     from agent_harness.protocol.native import parse_native
     from agent_harness.registry import load_registry
+    from agent_harness.strategies.history import rebuild_prompt
     from agent_harness.types import GenParams, ToolParam, ToolSpec
 
     srv, folder = served.up(), served.folder

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_harness import weights
+from agent_harness.backends import weights
 from agent_harness.errors import BackendUnavailable, ConfigError, MissingExtraError
 from agent_harness.registry import ModelSpec, OfflineWeights
 
@@ -203,13 +203,13 @@ def test_folder_dtype() -> None:
 
 def test_cli_where_and_hub_only(tmp_path: Path) -> None:
     env_cache = tmp_path / "c"
-    run = subprocess.run([sys.executable, "-m", "agent_harness.weights", "where"], capture_output=True,
+    run = subprocess.run([sys.executable, "-m", "agent_harness.backends.weights", "where"], capture_output=True,
                          text=True, cwd=ROOT, env={**os.environ, "AGENT_HARNESS_CACHE": str(env_cache)})
     assert run.returncode == 0 and run.stdout.strip() == str(env_cache)
-    run = subprocess.run([sys.executable, "-m", "agent_harness.weights", "prepare", "qwen2.5-0.5b"],
+    run = subprocess.run([sys.executable, "-m", "agent_harness.backends.weights", "prepare", "qwen2.5-0.5b"],
                          capture_output=True, text=True, cwd=ROOT)
     assert run.returncode == 0 and "nothing to prepare" in run.stdout
-    run = subprocess.run([sys.executable, "-m", "agent_harness.weights", "prepare", "no-such-model"],
+    run = subprocess.run([sys.executable, "-m", "agent_harness.backends.weights", "prepare", "no-such-model"],
                          capture_output=True, text=True, cwd=ROOT)
     assert run.returncode == 2 and "unknown model 'no-such-model'" in run.stderr
 

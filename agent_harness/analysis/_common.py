@@ -18,10 +18,10 @@ matplotlib.rcParams.update({"text.parse_math": False, "text.usetex": False})
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from agent_harness.safewrite import Folder, UnsafePath  # noqa: E402
-from agent_harness.text import md_inline, printable  # noqa: E402
-from agent_harness.trace import TraceFrames, load_traces  # noqa: E402
-from agent_harness.trace_io import report_skipped  # noqa: E402
+from ..sandbox.safewrite import Folder, UnsafePath  # noqa: E402
+from ..text import md_inline, printable  # noqa: E402
+from ..traces.files import report_skipped  # noqa: E402
+from ..traces.store import TraceFrames, load_traces  # noqa: E402
 
 MAX_LABEL = 80  # characters of a name shown in a plot (tables have it whole)
 MAX_LEGEND = 20  # names coloured apart in one plot; the rest share one colour

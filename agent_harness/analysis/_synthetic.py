@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from agent_harness.safewrite import write_file
-from agent_harness.trace import SCHEMA_VERSION, task_slug, trace_path
+from ..sandbox.safewrite import write_file
+from ..traces.store import SCHEMA_VERSION, task_slug, trace_path
 
 EMBEDDING_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 TOOLS = ("read_file", "write_file", "run_tests", "list_dir")

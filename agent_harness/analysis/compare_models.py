@@ -22,12 +22,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from agent_harness.metrics import aggregate_pass_at_k, bootstrap_interval, wilson_interval
-from agent_harness.safewrite import Folder
-from agent_harness.text import md_inline
-from agent_harness.trace import TraceFrames
-from agent_harness.trace_model import NATIVE_HARNESS
-
+from ..metrics import aggregate_pass_at_k, bootstrap_interval, wilson_interval
+from ..sandbox.safewrite import Folder
+from ..text import md_inline
+from ..traces.model import NATIVE_HARNESS
+from ..traces.store import TraceFrames
 from ._common import Section, parser, passed, prepare, say_caps, write_section
 from .compare_plots import plot_pass, plot_pass_vs_steps, plot_tokens_time, plot_tools
 

@@ -12,8 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from agent_harness.safewrite import Folder
-
+from ..sandbox.safewrite import Folder
 from ._common import colors, savefig
 
 MAX_PANELS = 12

@@ -24,10 +24,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from agent_harness.safewrite import Folder
-from agent_harness.trace import TraceFrames, reread
-from agent_harness.trace_model import NATIVE_HARNESS
-
+from ..sandbox.safewrite import Folder
+from ..traces.model import NATIVE_HARNESS
+from ..traces.store import TraceFrames, reread
 from . import compare_models, spectral, trajectory_similarity
 from ._common import Section, fmt, parser, passed, prepare, say_caps, write_section
 

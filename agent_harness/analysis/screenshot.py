@@ -16,8 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from agent_harness.safewrite import UnsafePath, read_at, write_file
-from agent_harness.text import printable
+from ..sandbox.safewrite import UnsafePath, read_at, write_file
+from ..text import printable
 
 MAX_PNG_BYTES = 256 << 20
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")

@@ -15,9 +15,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from agent_harness.safewrite import Folder
-from agent_harness.trace import TraceFrames
-
+from ..sandbox.safewrite import Folder
+from ..traces.store import TraceFrames
 from ._common import (
     Section,
     colors,

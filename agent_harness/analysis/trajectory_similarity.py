@@ -15,10 +15,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from agent_harness.safewrite import Folder
-from agent_harness.text import md_inline
-from agent_harness.trace import TraceFrames
-
+from ..sandbox.safewrite import Folder
+from ..text import md_inline
+from ..traces.store import TraceFrames
 from ._common import (
     Section,
     colors,

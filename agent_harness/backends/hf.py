@@ -60,7 +60,7 @@ class HFBackend:
 
     def __init__(self, spec: ModelSpec) -> None:
         torch, transformers = require_torch("transformers")
-        from ..weights import folder_dtype, model_source
+        from .weights import folder_dtype, model_source
 
         self.spec = spec
         cuda = torch.cuda.is_available()

@@ -29,7 +29,7 @@ from typing import Any
 from ..errors import BackendError
 from ..secrets import redact, redact_head
 from ..text import safe_text
-from ..trace_io import too_deep
+from ..traces.jsontext import too_deep
 from ..types import NativeCall
 
 MAX_DEPTH = 32  # an OpenAI reply nests about 5 deep

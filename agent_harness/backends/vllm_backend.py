@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendUnavailable, ConfigError, MissingExtraError
 from ..settings import get_settings
-from ..trace_io import open_append
+from ..traces.files import open_append
 from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams, RequestMeta, ToolSpec
 from .engine_process import read_log, root_cause
 from .local import context_full, encode, first_line, load_tokenizer, new_token_budget, require_torch
@@ -75,7 +75,7 @@ class VLLMBackend:
 
     def __init__(self, spec: ModelSpec) -> None:
         torch, transformers = require_torch("vllm")
-        from ..weights import folder_dtype, model_source
+        from .weights import folder_dtype, model_source
 
         self.spec = spec
         if spec.load_in_4bit:

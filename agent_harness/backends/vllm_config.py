@@ -35,8 +35,8 @@ def cpu_id_list(cpus: list[int]) -> str:
 
 def cpu_env() -> dict[str, str]:
     """The vLLM CPU variables the engine gets (where they are not set already)."""
-    from ..weights import cache_root
     from .local import cpu_ids
+    from .weights import cache_root
 
     root = cache_root() / "vllm"
     return {
@@ -105,8 +105,8 @@ def engine_config(spec: Any, source: str) -> tuple[dict[str, Any], dict[str, str
     with the harness's engine flags (AGENT_HARNESS_VLLM_* included). A bad setting is a ConfigError."""
     import torch
 
-    from ..weights import folder_dtype
     from .local import compute_dtype
+    from .weights import folder_dtype
 
     settings = get_settings()
     cuda = bool(torch.cuda.is_available())

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendUnavailable
+from ..sandbox.tempdirs import owned_tempdir
 from ..settings import scoped_environ
-from ..tempdirs import owned_tempdir
 from .engine_process import children, read_log, root_cause
 from .loop import LoopThread
 

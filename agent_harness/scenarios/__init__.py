@@ -3,48 +3,11 @@
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ..errors import ConfigError
-from ..types import Conversation, ScoreResult, Task
+from .base import Scenario, SingleShot, TaskQuery
 
-if TYPE_CHECKING:
-    from ..workspace import Workspace
-
-
-@dataclass(frozen=True)
-class TaskQuery:
-    """Which tasks to load: the first `n`, or the ids in `task_ids`, for one label."""
-
-    label: str = "gold"
-    n: int | None = None
-    task_ids: tuple[str, ...] = ()
-    dataset_path: Path | None = None
-    options: dict[str, Any] = field(default_factory=dict)
-
-
-@runtime_checkable
-class Scenario(Protocol):
-    """A family of tasks and how to judge them (on behaviour and files, not on claims)."""
-
-    name: str
-    description: str
-    labels: tuple[str, ...]
-
-    def load_tasks(self, query: TaskQuery) -> list[Task]: ...
-
-    def score(self, task: Task, ws: Workspace, tool_calls: list[dict[str, Any]]) -> ScoreResult: ...
-
-
-@runtime_checkable
-class SingleShot(Protocol):
-    """Optional: scenarios that support the no-tools, one-completion baseline."""
-
-    def single_shot_prompt(self, task: Task) -> Conversation: ...
-
-    def apply_single_shot(self, task: Task, ws: Workspace, completion: str) -> None: ...
+__all__ = ["SCENARIOS", "Scenario", "SingleShot", "TaskQuery", "get_scenario", "scenario_names"]
 
 
 # name -> "module:attribute"

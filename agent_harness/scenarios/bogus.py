@@ -16,7 +16,7 @@ from ..types import Task
 from .humanevalfix import HumanEvalFix, build_task, select_rows
 
 if TYPE_CHECKING:
-    from . import TaskQuery
+    from .base import TaskQuery
 
 TIMEOUT_S = 3.0
 

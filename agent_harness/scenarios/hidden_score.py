@@ -112,9 +112,9 @@ def _run(source: str, module: str, spec: str, part: str, timeout_s: float,
     """Run the checker's `part` ("checker" or "probe") on `source` in a fresh folder, in the sandbox (under
     Docker a fresh container of the task's image: the spec reaches the checker on its stdin, the verdict
     leaves on its stdout, see docker_sandbox.py)."""
-    from ..safefs import remove_tree
     from ..sandbox import Limits, run_sandboxed
-    from ..tempdirs import owned_tempdir
+    from ..sandbox.safefs import remove_tree
+    from ..sandbox.tempdirs import owned_tempdir
 
     tmp = owned_tempdir("hidden")  # removed by a later run if this one is killed
     spec_fd = _spec_fd(spec)
@@ -140,7 +140,7 @@ def _tampered(folder: Path, sources: dict[str, bytes]) -> str | None:
     """Why the checker's folder is no longer what the harness wrote there (the code under test wrote
     into it, or replaced it), or None. The checker never imports from it once it runs; a change is
     still a sign of an attempt."""
-    from ..safefs import TreeTooLarge, lstat_rel, read_node, walk
+    from ..sandbox.safefs import TreeTooLarge, lstat_rel, read_node, walk
 
     st = lstat_rel(folder.parent, folder.name)
     if st is None or not stat.S_ISDIR(st.st_mode):

@@ -38,8 +38,8 @@ __all__ = ["DATA_FILE", "DATA_SHA256", "SCENARIO", "HumanEvalFix", "_vendored_ro
            "reference_helpers", "run_hidden_test", "select_rows"]
 
 if TYPE_CHECKING:
-    from ..workspace import Workspace
-    from . import TaskQuery
+    from ..sandbox.workspace import Workspace
+    from .base import TaskQuery
 
 DOCS_LABEL = "docs"  # HumanEvalFixDocs: signature + docstring instead of the declaration
 SINGLE_SHOT_SYSTEM = (
@@ -138,7 +138,7 @@ def build_task(row: dict[str, Any], index: int, scenario: str = "humanevalfix", 
 
 def _read_module(ws: Workspace, module: str) -> str | None:
     """The module's text; None when it is missing or not a regular file (never followed)."""
-    from ..safefs import read_rel
+    from ..sandbox.safefs import read_rel
 
     data = read_rel(ws.root, module, 4 << 20)
     return None if data is None else data.decode("utf-8", errors="replace")

@@ -23,10 +23,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ..docker_image import check_image_name
 from ..errors import ConfigError
 from ..jsonl import read_jsonl
 from ..registry import PROJECT_ROOT
+from ..sandbox.docker_image import check_image_name
 
 DATA_DIR = PROJECT_ROOT / "scenarios" / "humanevalfix"
 DATA_FILE = DATA_DIR / "python.jsonl"

@@ -20,8 +20,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from .. import safefs
 from ..errors import ConfigError, ScoreError
+from ..sandbox import safefs
 from ..types import ScoreResult, Task
 from . import tamper_scan, verdict
 from .yaml_schema import (
@@ -41,7 +41,7 @@ from .yaml_schema import (
 )
 
 if TYPE_CHECKING:
-    from ..workspace import Workspace
+    from ..sandbox.workspace import Workspace
 
 MAX_READ = 2_000_000  # bytes read from one workspace file by a check
 MAX_ENTRIES = 50_000  # files and folders a check looks at; a larger workspace is not scored

@@ -37,8 +37,8 @@ from .yaml_schema import (
 )
 
 if TYPE_CHECKING:
-    from ..workspace import Workspace
-    from . import TaskQuery
+    from ..sandbox.workspace import Workspace
+    from .base import TaskQuery
 
 SCENARIO_FILE = "scenario.yaml"
 HOOKS_FILE = "hooks.py"

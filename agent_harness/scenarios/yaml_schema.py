@@ -238,8 +238,8 @@ class LabelChange(_Strict):
 
 
 def _image_name(v: str | None) -> str | None:
-    from ..docker_image import check_image_name
     from ..errors import ConfigError
+    from ..sandbox.docker_image import check_image_name
 
     try:
         return check_image_name(v) if v else None

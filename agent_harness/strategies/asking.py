@@ -13,8 +13,8 @@ from ..errors import UnusableReply
 from ..types import Completion, Conversation, GenParams, RequestMeta
 
 if TYPE_CHECKING:
-    from ..episode import Ask
     from ..types import Backend
+    from .episode import Ask
 
 Request = tuple[Conversation, GenParams, RequestMeta]
 

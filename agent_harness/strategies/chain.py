@@ -16,19 +16,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..episode import Ask, EpisodeState
 from ..protocol.native import CALL_PREFILL, tool_schemas
-from ..steps import Handoff, Phase
+from ..sandbox.workspace import Workspace
 from ..tools import restore_files
+from ..traces.steps import Handoff, Phase
 from ..types import Completion, GenParams, Task
-from ..workspace import Workspace
 from .asking import Asker, Request, ask_all
+from .episode import Ask, EpisodeState
 from .react import AgentConfig, Episode, agent_tools
 from .reflect import Reflectable, ReflectConfig, ReflectEpisode
 from .search import SearchEpisode
 
 if TYPE_CHECKING:
-    from ..trace_model import Trace
+    from ..traces.model import Trace
 
 
 @dataclass

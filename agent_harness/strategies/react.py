@@ -11,9 +11,6 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from .. import history
-from ..demo import demo_messages
-from ..episode import Ask, EpisodeState
 from ..errors import FormatError, LimitsExceeded, Submitted, ToolError
 from ..protocol import (
     NATIVE_STOP_STRINGS,
@@ -26,7 +23,10 @@ from ..protocol import (
     render_system_prompt,
 )
 from ..protocol.native import CALL_PREFILL, SUBMIT, parse_native, render_native_system_prompt, tool_schemas
-from ..steps import (
+from ..sandbox.workspace import Workspace
+from ..tools import ToolResult as ToolOutput
+from ..tools import restore_files, run_tool, tools_for
+from ..traces.steps import (
     ElidedMessage,
     Final,
     InitialTests,
@@ -41,14 +41,14 @@ from ..steps import (
     reply_record,
     server_calls,
 )
-from ..tools import ToolResult as ToolOutput
-from ..tools import restore_files, run_tool, tools_for
 from ..types import Backend, Completion, Conversation, GenParams, RequestMeta, Task, ToolSpec, request_seed
-from ..workspace import Workspace
+from . import history
 from .config import AgentConfig
+from .demo import demo_messages
+from .episode import Ask, EpisodeState
 
 if TYPE_CHECKING:
-    from ..trace_model import Trace
+    from ..traces.model import Trace
 
 log = logging.getLogger(__name__)
 

@@ -21,19 +21,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from ..episode import Ask, EpisodeState
 from ..errors import ConfigError, ToolError
+from ..sandbox.workspace import Workspace
 from ..scenarios import SingleShot
 from ..scenarios.bigcode_prompt import FixPrompt
-from ..steps import Attempt, CheckResult, Feedback, Step, reply_record
 from ..tools import ToolOptions, find_failure, put_file, run_tool, syntax_error, whole_statement
+from ..traces.steps import Attempt, CheckResult, Feedback, Step, reply_record
 from ..types import Completion, Conversation, GenParams, Message, RequestMeta, Task, request_seed
-from ..workspace import Workspace
 from .config import ReflectConfig
+from .episode import Ask, EpisodeState
 from .single_shot import MIN_TOKENS, Calibrated, bigcode_params
 
 if TYPE_CHECKING:
-    from ..trace_model import Trace
+    from ..traces.model import Trace
 
 ASK = "Reply with the complete fixed function in one ```python code block."
 MAX_FAILURE_CHARS = 800

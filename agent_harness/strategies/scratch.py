@@ -10,13 +10,13 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .. import safefs
-from ..bounds import hand_over
 from ..errors import ToolError
-from ..tempdirs import owned_tempdir
+from ..sandbox import safefs
+from ..sandbox.bounds import hand_over
+from ..sandbox.tempdirs import owned_tempdir
+from ..sandbox.workspace import Workspace
 from ..tools import ToolOptions, ToolResult, put_file, run_tool
 from ..tools.failures import find_failure
-from ..workspace import Workspace
 
 READ_ONLY = frozenset({"read_file", "list_dir", "grep", "git_diff", "run_tests"})  # change no file
 

@@ -20,20 +20,20 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import FormatError, UnusableReply
-from ..history import test_record
 from ..protocol import parse_reply
 from ..protocol.native import CALL_PREFILL, SUBMIT, parse_native
-from ..steps import Candidate, Restart, Verdict, reply_record
 from ..text import error_text
+from ..traces.steps import Candidate, Restart, Verdict, reply_record
 from ..types import Completion, GenParams, RequestMeta, request_seed
 from .asking import Request, ask_all
 from .config import AgentConfig
+from .history import test_record
 from .react import Episode
 from .scratch import READ_ONLY, Trial, is_test_file, try_action
 
 if TYPE_CHECKING:
-    from ..episode import Ask
-    from ..trace_model import Trace
+    from ..traces.model import Trace
+    from .episode import Ask
 
 RANK = "passed first, then the failing check furthest down a test file, then the lowest candidate number"
 

@@ -19,14 +19,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ..episode import Ask, EpisodeState
 from ..scenarios.bigcode_prompt import MODEL_TEMPLATE, STOP_WORDS, FixPrompt, chat_template
-from ..steps import Final, Step, reply_record
+from ..traces.steps import Final, Step, reply_record
 from ..types import Completion, Conversation, GenParams, RequestMeta, Task
+from .episode import Ask, EpisodeState
 
 if TYPE_CHECKING:
-    from ..trace_model import Trace
-    from ..workspace import Workspace
+    from ..sandbox.workspace import Workspace
+    from ..traces.model import Trace
 
 MIN_TOKENS = 768  # room for a whole function and a few words around it
 

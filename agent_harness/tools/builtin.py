@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Annotated
 
 from ..errors import ToolError
+from ..sandbox.workspace import Workspace
 from ..types import CmdResult
-from ..workspace import Workspace
 from .failures import Failure, failure_point, find_failure, syntax_error
 from .files import MAX_READ_BYTES, file_bytes, listing, open_regular, resolve, write
 from .output import strip_timings, truncate, two_streams

@@ -11,9 +11,9 @@ import stat
 from pathlib import Path
 
 from ..errors import ToolError
-from ..safefs import IGNORED_DIRS, IGNORED_SUFFIXES
 from ..sandbox import hand_over
-from ..workspace import Workspace
+from ..sandbox.safefs import IGNORED_DIRS, IGNORED_SUFFIXES
+from ..sandbox.workspace import Workspace
 
 MAX_READ_BYTES = 2 << 20  # read_file refuses larger files (grep them instead)
 MAX_NAME_BYTES = 255  # NAME_MAX: one file or folder name

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Union, get_args, get_origin, get_type_hints
 
 from ..errors import ToolError
+from ..sandbox.workspace import Workspace
 from ..text import has_surrogates
 from ..types import ToolParam, ToolSpec
-from ..workspace import Workspace
 from .args import ArgumentError, check_args, check_text
 from .result import ToolResult
 

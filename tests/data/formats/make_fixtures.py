@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from agent_harness.scenarios import TaskQuery, get_scenario  # noqa: E402
 from agent_harness.scenarios.hidden_score import run_hidden_test  # noqa: E402
-from agent_harness.trace import task_slug  # noqa: E402
+from agent_harness.traces.store import task_slug  # noqa: E402
 from agent_harness.types import Task  # noqa: E402
 
 TASKS = ("Python/0", "Python/1")

@@ -1,0 +1,189 @@
+"""Which strategies a run can use and how it builds their episodes; each strategy is a plain loop
+(`run(ask)`) over an episode's state, in agent_harness/strategies/.
+
+`react` (react.py: tool calls in the THOUGHT/TOOL_CALL/FINAL protocol), `search` (search.py: react with
+each turn sampled K times, every candidate tried against the visible tests on a scratch copy), `reflect`
+(whole-function proposals tested and reflected on), `reflect_react` and `reflect_search` (chain.py: reflect,
+then the tool agent on the files as given), `single_shot` (bigcode's recipe) and `single_shot_chat` (one
+chat answer). `extract` pulls the
+code out of a completion. `STRATEGIES` is the one registry: each strategy's name, builder, trace folder,
+command-line spelling and what it needs of a scenario; `default_strategy` picks a scenario's default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError
+from ..sandbox.workspace import Workspace
+from ..scenarios import SingleShot
+from ..strategies.chain import ReflectThenReact
+from ..strategies.config import AgentConfig, ReflectConfig
+from ..strategies.react import Episode
+from ..strategies.reflect import Reflectable, ReflectEpisode
+from ..strategies.search import SearchEpisode
+from ..strategies.single_shot import Calibrated, ChatSingleShotEpisode, SingleShotEpisode
+from ..types import GenParams, Task, request_seed
+
+if TYPE_CHECKING:
+    from ..registry import ModelSpec
+
+AnyEpisode = Episode | SingleShotEpisode | ChatSingleShotEpisode | ReflectEpisode | ReflectThenReact
+
+
+@dataclass(frozen=True)
+class EpisodeInputs:
+    """What a strategy's episode is built from: the task and sample, the run seed, the model, and the settings
+    already resolved for that model (the agent's protocol, reflect's draft)."""
+
+    task: Task
+    sample: int
+    run_seed: int
+    model: ModelSpec
+    agent: AgentConfig
+    reflect: ReflectConfig
+
+
+Builder = Callable[[EpisodeInputs, Any, Workspace, GenParams], AnyEpisode]
+
+
+@dataclass(frozen=True)
+class Need:
+    """Something a strategy needs of a scenario: a protocol it implements, and the one line when it does not
+    ("{name}": the scenario, "{flag}": the strategy's --agent spelling)."""
+
+    protocol: type
+    refusal: str
+
+    def met(self, scenario: object) -> bool:
+        return isinstance(scenario, self.protocol)
+
+
+SINGLE_SHOT = Need(SingleShot, "scenario '{name}' has no single-shot baseline")
+CALIBRATED = Need(Calibrated, "scenario '{name}' has no bigcode-style prompt (single-shot, --reflect-draft bigcode); "
+                              "--agent single-shot-chat asks it in chat form")
+REFLECTABLE = Need(Reflectable, "scenario '{name}' cannot run --agent {flag}: it has no single function to extract "
+                                "and test (use --agent react)")
+
+
+@dataclass(frozen=True)
+class StrategyInfo:
+    """One strategy: `name` is the trace's `agent.strategy`; its traces go to `<scenario><suffix>/`."""
+
+    name: str
+    build: Builder
+    help: str
+    suffix: str
+    needs: tuple[Need, ...] = ()  # react: none, the tool agent works on every scenario
+    reflects: bool = False  # runs the reflect loop: ReflectConfig (--iters, --reflect-draft) applies
+    uses_tools: bool = False  # runs the tool agent: --protocol applies
+
+    @property
+    def flag(self) -> str:
+        """Its --agent spelling."""
+        return self.name.replace("_", "-")
+
+    @property
+    def mode(self) -> str:
+        """The trace's older name for it (`agent.mode`): 'agent' for react."""
+        return "agent" if self.name == "react" else self.name
+
+    def dirname(self, scenario: str, protocol: str = "text", tool_choice: str = "auto") -> str:
+        """Its trace folder for `scenario`; native-protocol episodes get one of their own (and one more with
+        tool_choice required), so a model's protocols never mix."""
+        native = "-native" + ("-required" if tool_choice == "required" else "")
+        return scenario + self.suffix + (native if protocol == "native" else "")
+
+    def requirements(self, reflect: ReflectConfig) -> tuple[Need, ...]:
+        """What it needs of a scenario under `reflect`: the bigcode draft adds a bigcode-style prompt."""
+        return self.needs + ((CALIBRATED,) if self.reflects and reflect.draft == "bigcode" else ())
+
+    def supports(self, scenario: object, reflect: ReflectConfig) -> bool:
+        return all(n.met(scenario) for n in self.requirements(reflect))
+
+    def check(self, name: str, scenario: object, reflect: ReflectConfig) -> None:
+        """Refuse, in one line, a scenario this strategy cannot run."""
+        for need in self.requirements(reflect):
+            if not need.met(scenario):
+                raise ConfigError(need.refusal.format(name=name, flag=self.flag))
+
+
+def _single_shot(inp: EpisodeInputs, scenario: Any, ws: Workspace, params: GenParams) -> AnyEpisode:
+    return SingleShotEpisode(inp.task, ws, _first_seed(inp, params), scenario, inp.model.bigcode_prompt)
+
+
+def _single_shot_chat(inp: EpisodeInputs, scenario: Any, ws: Workspace, params: GenParams) -> AnyEpisode:
+    return ChatSingleShotEpisode(inp.task, ws, _first_seed(inp, params), scenario)
+
+
+def _reflect(inp: EpisodeInputs, scenario: Any, ws: Workspace, params: GenParams) -> AnyEpisode:
+    return ReflectEpisode(inp.task, ws, params, scenario, inp.reflect, inp.agent.tool_options, sample=inp.sample)
+
+
+def _reflect_react(inp: EpisodeInputs, scenario: Any, ws: Workspace, params: GenParams) -> AnyEpisode:
+    return ReflectThenReact(inp.task, ws, params, scenario, inp.reflect, inp.agent, inp.model.temperature_schedule,
+                            inp.sample)
+
+
+def _reflect_search(inp: EpisodeInputs, scenario: Any, ws: Workspace, params: GenParams) -> AnyEpisode:
+    return ReflectThenReact(inp.task, ws, params, scenario, inp.reflect, inp.agent, inp.model.temperature_schedule,
+                            inp.sample, search=True)
+
+
+def _react(inp: EpisodeInputs, scenario: Any, ws: Workspace, params: GenParams) -> AnyEpisode:
+    return Episode(inp.task, ws, params, inp.agent, temperature_schedule=inp.model.temperature_schedule,
+                   sample=inp.sample)
+
+
+def _search(inp: EpisodeInputs, scenario: Any, ws: Workspace, params: GenParams) -> AnyEpisode:
+    return SearchEpisode(inp.task, ws, params, inp.agent, temperature_schedule=inp.model.temperature_schedule,
+                         sample=inp.sample)
+
+
+def _first_seed(inp: EpisodeInputs, params: GenParams) -> GenParams:
+    return replace(params, seed=request_seed(inp.run_seed, inp.task.id, inp.sample, 0))
+
+
+STRATEGIES: dict[str, StrategyInfo] = {s.name: s for s in (
+    StrategyInfo("react", _react, "the tool agent (text or native tool calls, --protocol); runs on every "
+                 "scenario", "", uses_tools=True),
+    StrategyInfo("reflect", _reflect, "the whole function, the visible tests, reflect on the failing check, "
+                 "--iters times", "-reflect", (REFLECTABLE,), reflects=True),
+    StrategyInfo("single_shot", _single_shot, "one completion, no tools, asked and post-processed as "
+                 "bigcode-evaluation-harness does: the baseline", "-single_shot", (CALIBRATED,)),
+    StrategyInfo("single_shot_chat", _single_shot_chat, "the earlier chat-style single-shot: a code block asked "
+                 "for", "-single_shot_chat", (SINGLE_SHOT,)),
+    StrategyInfo("reflect_react", _reflect_react, "reflect; when it fails, the files put back and react",
+                 "-reflect_react", (REFLECTABLE,), reflects=True, uses_tools=True),
+    StrategyInfo("search", _search, "the tool agent, each turn --candidates replies sampled at once, each tried on "
+                 "a scratch copy against the visible tests, continued from the best; stops at the first that "
+                 "passes", "-search", uses_tools=True),
+    StrategyInfo("reflect_search", _reflect_search, "reflect; when it fails, the files put back and search",
+                 "-reflect_search", (REFLECTABLE,), reflects=True, uses_tools=True),
+)}
+
+# The defaults, best first as measured (README "Strategies", bench/RESULTS.md: over all 164 HumanEvalFix
+# tasks reflect-react beat react, reflect and single-shot on both models); a scenario runs the first it supports.
+DEFAULT_ORDER = ("reflect_react", "react")
+
+
+def default_strategy(scenario: object, reflect: ReflectConfig) -> StrategyInfo:
+    """The strategy a scenario runs without --agent: the best measured one it supports (react supports all)."""
+    return next(s for s in (STRATEGIES[n] for n in DEFAULT_ORDER) if s.supports(scenario, reflect))
+
+
+def build_episode(strategy_name: str, scenario_name: str, inp: EpisodeInputs, scenario: Any,
+                  params: GenParams) -> AnyEpisode:
+    """The episode of strategy `strategy_name` on `inp.task`, in a fresh workspace of the task's files (removed
+    again when the episode cannot be built). Nothing runs in the sandbox here: that is the loop's."""
+    strategy = STRATEGIES[strategy_name]
+    strategy.check(scenario_name, scenario, inp.reflect)
+    task = inp.task
+    ws = Workspace.create(task.files, test_cmd=task.test_cmd, image=task.metadata.get("image"))
+    try:
+        return strategy.build(inp, scenario, ws, params)
+    except BaseException:
+        ws.cleanup()
+        raise

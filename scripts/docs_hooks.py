@@ -74,7 +74,7 @@ def cli_reference() -> str:
     sub = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
     summary = {a.dest: a.help or "" for a in sub._choices_actions}
     out = ["# CLI reference", "",
-           "Generated from the argument parsers when these docs are built (`agent_harness/cli.py`), so it is",
+           "Generated from the argument parsers when these docs are built (`agent_harness/cli/`), so it is",
            "what `agent-harness COMMAND --help` prints. `python run_agents.py` takes exactly the flags of",
            "`agent-harness run`. Bad input gets one line on stderr and exit code 2.", ""]
     with _columns(WIDTH):

@@ -93,8 +93,9 @@ def peak_rss_mib(path: Path) -> tuple[str, float]:
             "try:\n    load_rows(Path(sys.argv[1])); print('loaded')\n"
             "except ConfigError as e:\n    print(e)\n"
             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)\n")
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(ROOT), "HOME": str(path.parent)}
     r = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=ROOT,
-                       timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                       timeout=300, env=env)  # a clean environment: nothing another test left behind counts
     assert r.returncode == 0, r.stderr[-3000:]
     message, rss = r.stdout.strip().splitlines()
     return message, float(rss)

@@ -54,7 +54,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
     for shipped in ("agent_harness/_data/models.yaml", "agent_harness/_data/scenarios/humanevalfix/python.jsonl",
                     "agent_harness/_data/scenarios/repo_bugfix/scenario.yaml",
                     "agent_harness/analysis/report.py", "agent_harness/analysis/_report_assets/page.html",
-                    "agent_harness/trace_schema.json", "agent_harness/traces/formats/atif_schema.json"):
+                    "agent_harness/traces/trace_schema.json", "agent_harness/traces/formats/atif_schema.json"):
         assert shipped in names
     assert not any("__pycache__" in n or n.startswith("tests/") for n in names)
 

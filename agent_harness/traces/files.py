@@ -150,17 +150,19 @@ def read_rel(root: str | os.PathLike[str], rel: str, limit: int) -> bytes:
         os.close(fd)
 
 
-def trace_files(root: str | os.PathLike[str], limit: int = MAX_TRACE_BYTES) -> Iterator[tuple[str, bytes | Unreadable]]:
-    """Each ``run_*.json`` under `root`, in path order: (its path from `root`, its bytes or why refused).
+def trace_files(root: str | os.PathLike[str], limit: int = MAX_TRACE_BYTES,
+                patterns: tuple[str, ...] = (TRACE_GLOB,)) -> Iterator[tuple[str, bytes | Unreadable]]:
+    """Each file under `root` whose name matches `patterns` (traces: ``run_*.json``), in path order: (its
+    path from `root`, its bytes or why refused).
 
-    Links and special files named like a trace are reported, never opened; a link to a folder is
-    reported too (its traces are not read). The walk stops, with one report, after MAX_ENTRIES entries.
+    Links and special files with such a name are reported, never opened; a link to a folder is
+    reported too (its files are not read). The walk stops, with one report, after MAX_ENTRIES entries.
     """
     top = os.path.realpath(root)
     try:
         for node in safefs.walk(top, max_entries=MAX_ENTRIES):
             mode = node.st.st_mode
-            if not fnmatch.fnmatchcase(node.name, TRACE_GLOB):
+            if not any(fnmatch.fnmatchcase(node.name, p) for p in patterns):
                 if stat.S_ISLNK(mode) and _is_dir(node):
                     yield node.rel, Unreadable("a symbolic link to a folder (not followed)")
                 continue

@@ -13,17 +13,14 @@ Every refusal raises `Unreadable` with a one-line reason.
 
 from __future__ import annotations
 
-import fnmatch
 import os
-import stat
 import struct
 import zipfile
 import zlib
 from collections.abc import Iterator
 from typing import Any
 
-from ...sandbox import safefs
-from ..files import MAX_ENTRIES, Unreadable, read_at, read_path
+from ..files import Unreadable, read_path, trace_files
 from ..jsontext import parse_json
 
 MAX_SOURCE_BYTES = 128 << 20  # one trajectory file (JSON) or one .eval archive
@@ -44,24 +41,7 @@ def source_files(src: str | os.PathLike[str]) -> Iterator[tuple[str, bytes | Unr
         except Unreadable as e:
             yield os.path.basename(src), e
         return
-    try:
-        for node in safefs.walk(os.path.realpath(src), max_entries=MAX_ENTRIES):
-            if not any(fnmatch.fnmatchcase(node.name, p) for p in PATTERNS):
-                continue
-            mode = node.st.st_mode
-            if stat.S_ISLNK(mode):
-                yield node.rel, Unreadable("a symbolic link (not followed)")
-            elif not stat.S_ISREG(mode):
-                yield node.rel, Unreadable("not a regular file")
-            else:
-                try:
-                    yield node.rel, read_at(node.dir_fd, node.name, MAX_SOURCE_BYTES)
-                except Unreadable as e:
-                    yield node.rel, e
-    except safefs.TreeTooLarge:
-        yield ".", Unreadable(f"more than {MAX_ENTRIES} entries in the folder: stopped listing")
-    except OSError as e:
-        yield ".", Unreadable(f"cannot list: {e.strerror}")
+    yield from trace_files(src, MAX_SOURCE_BYTES, PATTERNS)
 
 
 def json_object(raw: bytes) -> dict[str, Any]:

@@ -14,7 +14,7 @@ VENV=$ROOT/.venv
 VPY=$VENV/bin/python
 PY=${PYTHON:-python3}
 TORCH_VERSION=2.13.0
-EXTRAS=hf,embed,weights,analysis,dev
+EXTRAS=hf,embed,weights,analysis,dev,inspect
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 warn() { printf '[setup] WARNING: %s\n' "$*" >&2; }

@@ -87,12 +87,14 @@ def parquet_rows(path: Path, n: int, test: str) -> Path:
 
 
 def peak_rss_mib(path: Path) -> tuple[str, float]:
-    """Load `path` in a fresh process: (its error line, its peak RSS in MiB)."""
-    code = ("import resource, sys\nfrom pathlib import Path\nfrom agent_harness.errors import ConfigError\n"
+    """Load `path` in a fresh process: (its error line, its peak RSS in MiB). The peak is VmHWM, this program's
+    own: getrusage's ru_maxrss carries over exec the peak of the (forked) pytest worker, ~1 GB in CI."""
+    code = ("import sys\nfrom pathlib import Path\nfrom agent_harness.errors import ConfigError\n"
             "from agent_harness.scenarios.humanevalfix import load_rows\n"
             "try:\n    load_rows(Path(sys.argv[1])); print('loaded')\n"
             "except ConfigError as e:\n    print(e)\n"
-            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)\n")
+            "[hwm] = [ln for ln in open('/proc/self/status') if ln.startswith('VmHWM:')]\n"
+            "print(int(hwm.split()[1]) / 1024)\n")
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(ROOT), "HOME": str(path.parent)}
     r = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=ROOT,
                        timeout=300, env=env)  # a clean environment: nothing another test left behind counts

@@ -33,7 +33,7 @@ The table (printed, and appended to bench/RESULTS.md unless `--no-append`): pass
 (prompt - cached) / completion tokens per episode, wall time (the run's, model load excluded, from
 `runs.jsonl`), the engine's mean batch (requests in flight while it was busy, from `runs.jsonl`), turns,
 tokens (prompt + completion) and wall seconds per solved task, and the machine and date. When a config
-samples single-shot several times (`single-shot-T0.8-n32`), every other row also gets single-shot's pass@n
+samples single-shot several times (`single-shot-T0.8-n48`), every other row also gets single-shot's pass@n
 at the same sampling budget: n = the row's completion tokens per episode / single-shot's per sample, so a
 search's gain from the agent's feedback is told apart from its gain from sampling more. A
 chained strategy (reflect-react) also gets a row per phase: the episodes that reached the phase, the
@@ -103,7 +103,8 @@ CONFIGS: dict[str, Config] = {
     "search-k8": Config(("--agent", "search", "--candidates", "8")),
     "reflect-search-k4": Config(("--agent", "reflect-search", "--candidates", "4")),
     "reflect-search-k8": Config(("--agent", "reflect-search", "--candidates", "8")),
-    "single-shot-T0.8-n32": Config(("--agent", "single-shot"), temperature=0.8, samples=32),
+    "single-shot-T0.8-n48": Config(("--agent", "single-shot"), temperature=0.8, samples=48),
+    "search-k4-no-restart": Config(("--agent", "search", "--candidates", "4", "--no-search-restart")),
     # what other agents do: a span edit tool, the shell alone, another task's worked example, none
     "search-k4-edit": Config(("--agent", "search", "--candidates", "4", "--action-space", "edit")),
     "search-k4-bash": Config(("--agent", "search", "--candidates", "4", "--action-space", "bash")),

@@ -105,7 +105,8 @@ def test_flag_help_and_spelling_come_from_the_definition() -> None:
 def test_dump_leaves_out_later_settings_while_they_behave_as_before() -> None:
     assert added_values(AgentConfig) == {"initial_tests": False, "initial_files": False, "restart_after": None,
                                          "protocol": "text", "tool_choice": "auto", "action_space": "tools",
-                                         "demo_source": "builtin", "candidates": 4, "search_temperature": 0.8}
+                                         "demo_source": "builtin", "candidates": 4, "search_temperature": 0.8,
+                                         "search_restart": True}
     assert "protocol" not in AgentConfig(protocol="text").dump()
     assert "tool_choice" not in AgentConfig(protocol="native").dump()
     assert AgentConfig(protocol="native", tool_choice="required").dump()["tool_choice"] == "required"

@@ -244,3 +244,16 @@ def test_search_end_to_end_with_per_candidate_scripts(tmp_path: Path) -> None:
     assert [s.get("seed") for s in traces[1]["steps"]] == [s.get("seed") for s in t["steps"]]
     assert t["outcome"]["prompt_tokens"] == sum(s.get("tokens", {}).get("prompt", 0) for s in t["steps"]
                                                 if isinstance(s.get("tokens"), dict))  # each reply on one step
+
+
+@pytest.mark.parametrize("restart", [True, False])
+def test_search_begins_again_after_a_stale_write(ws: Workspace, restart: bool) -> None:
+    ep = search(ws, 2, max_steps=3, search_restart=restart)
+    ep.run(Asker(Model([write(HALF)], [write(HALF)], [READ]).many))
+    kinds = [s.type for s in ep.steps]
+    assert ("restart" in kinds) == restart
+    # after the restart the files are as given, and the tests on them are tried again
+    assert (Path(ws.root) / TARGET).read_text() == (TASK.files[TARGET] if restart else HALF)
+    last = candidates(ep, 2)
+    assert last[0].tests == ({"passed": False, "at": "assert truncate_number(3.5) == 0.5"} if restart else
+                             {"passed": False, "at": "assert abs(truncate_number(1.33) - 0.33) < 1e-6"})

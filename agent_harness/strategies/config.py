@@ -179,6 +179,11 @@ class AgentConfig:
                               "copy of the workspace against the visible tests", type=int, metavar="K", added=4)
     search_temperature: float = setting(0.8, "search: sampling temperature of every candidate but the first (which "
                                         "is sampled as react samples)", type=float, metavar="T", added=0.8)
+    # Tuned on the even split: the candidates copy the conversation's stale write, turn after turn (136 of 178
+    # turns left the file as it was); beginning again after one such turn solved more, at fewer tokens.
+    search_restart: bool = setting(True, "helper off: search begins the conversation again after a stale write "
+                                   "(--restart-after 1, unless that is given)", flag="no-search-restart",
+                                   sets=False, added=True)
     tool_options: ToolOptions = field(default_factory=ToolOptions, metadata={PARTS: {
         "syntax_check": Setting("helper off: syntax check of written .py", flag="no-syntax-check", sets=False),
         "extract_failure": Setting("helper off: failing line from test output", flag="no-failure-extract",

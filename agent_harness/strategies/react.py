@@ -222,10 +222,14 @@ class Episode(EpisodeState):
                 self._check_limits()
             except LimitsExceeded as e:
                 self.exit_reason = e.reason
-        after = self.config.restart_after
+        after = self._restart_after()
         if not self.done and after and history.stale_run(self._recent()) >= after:
             self._restart(after)
         return self.steps[first:]
+
+    def _restart_after(self) -> int | None:
+        """Stale writes in a row after which the conversation begins again (None: never)."""
+        return self.config.restart_after
 
     def _restart(self, stale: int) -> None:
         """Begin the conversation again from the task message, with the task's files as given: the

@@ -8,7 +8,9 @@ workspace and the visible tests run there, the task's test files put back first 
 pass by rewriting them); an action that changes no file (a read, a FINAL) keeps the tests as they are.
 The turn continues from the best candidate: passing, else the one whose failing check is furthest down
 the test file, else the first; a reply with no usable action ranks last. The first candidate that passes
-stops the search: its action is taken in the workspace and the episode ends, submitted. Each candidate
+stops the search: its action is taken in the workspace and the episode ends, submitted. After a stale
+write (the file left as it was, or a version that failed before) the conversation begins again from the
+task, the files as given (`search_restart`: react's `--restart-after 1`). Each candidate
 is a `candidate` step; the chosen reply then makes the turn's steps as a react reply does. The token
 budget counts the conversation continued (the chosen replies); the trace's totals count every candidate.
 """
@@ -103,10 +105,14 @@ class SearchEpisode(Episode):
     def record(trace: Trace, config: AgentConfig) -> None:
         """The trace's `agent.search` block: what a search samples, how it seeds and ranks candidates."""
         trace.agent.search = {"candidates": config.candidates, "temperature": config.search_temperature,
+                              "restart_after": config.restart_after or (1 if config.search_restart else None),
                               "seeds": "candidate_seed(run seed, task, sample, turn, candidate)", "rank": RANK}
 
     def gen_params(self) -> GenParams:
         return self._chosen or super().gen_params()
+
+    def _restart_after(self) -> int | None:
+        return self.config.restart_after or (1 if self.config.search_restart else None)
 
     def _spent(self) -> int:
         return super()._spent() - self._aside

@@ -150,6 +150,8 @@ class AgentInfo(_Part):
                                          "the default of the harness that wrote it).")
     search_temperature: float | None = _omit_unset(description="search: the sampling temperature of every candidate "
                                                    "but the first.")
+    search_restart: bool | None = _omit_unset(description="search: false when it did not begin the conversation "
+                                              "again after a stale write; absent: it did.")
     action_space: Literal["tools", "edit", "bash"] | None = _omit_unset(
         description="The tool agent's tools: edit adds edit_file (replace one exact span), bash gives run_cmd "
         "alone; absent: tools (read_file, write_file, run_tests, ...).")

@@ -104,6 +104,7 @@ CONFIGS: dict[str, Config] = {
     "reflect-search-k4": Config(("--agent", "reflect-search", "--candidates", "4")),
     "reflect-search-k8": Config(("--agent", "reflect-search", "--candidates", "8")),
     "single-shot-T0.8-n48": Config(("--agent", "single-shot"), temperature=0.8, samples=48),
+    "single-shot-T0.8-n16": Config(("--agent", "single-shot"), temperature=0.8, samples=16),  # a third of the time
     "search-k4-no-restart": Config(("--agent", "search", "--candidates", "4", "--no-search-restart")),
     # what other agents do: a span edit tool, the shell alone, another task's worked example, none
     "search-k4-edit": Config(("--agent", "search", "--candidates", "4", "--action-space", "edit")),

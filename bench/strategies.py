@@ -104,6 +104,8 @@ CONFIGS: dict[str, Config] = {
     "reflect-search-k4": Config(("--agent", "reflect-search", "--candidates", "4")),
     "reflect-search-k8": Config(("--agent", "reflect-search", "--candidates", "8")),
     "single-shot-T0.8-n48": Config(("--agent", "single-shot"), temperature=0.8, samples=48),
+    "best-of-n-k4": Config(("--agent", "best-of-n", "--candidates", "4")),
+    "best-of-n-k16": Config(("--agent", "best-of-n", "--candidates", "16")),
     "single-shot-T0.8-n16": Config(("--agent", "single-shot"), temperature=0.8, samples=16),  # a third of the time
     "search-k4-no-restart": Config(("--agent", "search", "--candidates", "4", "--no-search-restart")),
     # what other agents do: a span edit tool, the shell alone, another task's worked example, none

@@ -32,7 +32,7 @@ def _unmask(obj: Any, key: str = "") -> Any:
 
 def test_committed_schema_is_the_generated_one() -> None:
     assert SCHEMA_PATH.read_text(encoding="utf-8") == schema_text(), (
-        "trace_schema.json is stale: python -m agent_harness.traces.model > agent_harness/trace_schema.json")
+        "trace_schema.json is stale: python -m agent_harness.traces.model > agent_harness/traces/trace_schema.json")
 
 
 def test_the_generator_entry_point_prints_the_schema() -> None:
@@ -54,7 +54,8 @@ def test_written_traces_round_trip_through_the_model(path: Path) -> None:
 
 def test_golden_traces_cover_every_strategy() -> None:
     modes = {json.loads(p.read_text())["agent"]["mode"] for p in GOLDEN}
-    assert modes == {"agent", "reflect", "single_shot", "single_shot_chat", "reflect_react", "search", "reflect_search"}
+    assert modes == {"agent", "reflect", "single_shot", "single_shot_chat", "reflect_react", "search", "reflect_search",
+                     "best_of_n"}
 
 
 def test_older_schema_versions_fit_the_model_and_the_schema() -> None:

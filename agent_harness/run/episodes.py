@@ -4,10 +4,11 @@
 `react` (react.py: tool calls in the THOUGHT/TOOL_CALL/FINAL protocol), `search` (search.py: react with
 each turn sampled K times, every candidate tried against the visible tests on a scratch copy), `reflect`
 (whole-function proposals tested and reflected on), `reflect_react` and `reflect_search` (chain.py: reflect,
-then the tool agent on the files as given), `single_shot` (bigcode's recipe) and `single_shot_chat` (one
-chat answer). `extract` pulls the
-code out of a completion. `STRATEGIES` is the one registry: each strategy's name, builder, trace folder,
-command-line spelling and what it needs of a scenario; `default_strategy` picks a scenario's default.
+then the tool agent on the files as given), `single_shot` (bigcode's recipe), `best_of_n` (best_of_n.py:
+single-shot sampled K times, each program tried against the visible tests) and `single_shot_chat` (one chat
+answer). `extract` pulls the code out of a completion. `STRATEGIES` is the one registry: each strategy's
+name, builder, trace folder, command-line spelling and what it needs of a scenario; `default_strategy` picks
+a scenario's default.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigError
 from ..sandbox.workspace import Workspace
 from ..scenarios import SingleShot
+from ..strategies.best_of_n import BestOfNEpisode
 from ..strategies.chain import ReflectThenReact
 from ..strategies.config import AgentConfig, ReflectConfig
 from ..strategies.react import Episode
@@ -142,6 +144,12 @@ def _search(inp: EpisodeInputs, scenario: Any, ws: Workspace, params: GenParams)
                          sample=inp.sample)
 
 
+def _best_of_n(inp: EpisodeInputs, scenario: Any, ws: Workspace, params: GenParams) -> AnyEpisode:
+    return BestOfNEpisode(inp.task, ws, _first_seed(inp, params), scenario, inp.model.bigcode_prompt,
+                          candidates=inp.agent.candidates, temperature=inp.agent.search_temperature,
+                          options=inp.agent.tool_options, run_seed=inp.run_seed, sample=inp.sample)
+
+
 def _first_seed(inp: EpisodeInputs, params: GenParams) -> GenParams:
     return replace(params, seed=request_seed(inp.run_seed, inp.task.id, inp.sample, 0))
 
@@ -162,6 +170,9 @@ STRATEGIES: dict[str, StrategyInfo] = {s.name: s for s in (
                  "passes", "-search", uses_tools=True),
     StrategyInfo("reflect_search", _reflect_search, "reflect; when it fails, the files put back and search",
                  "-reflect_search", (REFLECTABLE,), reflects=True, uses_tools=True),
+    StrategyInfo("best_of_n", _best_of_n, "single-shot asked --candidates times at once, each program tried on a "
+                 "scratch copy against the visible tests; the first that passes is submitted", "-best_of_n",
+                 (CALIBRATED,)),
 )}
 
 # The defaults, best first as measured (README "Strategies", bench/RESULTS.md: over all 164 HumanEvalFix

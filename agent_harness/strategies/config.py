@@ -174,11 +174,14 @@ class AgentConfig:
     demo_source: DemoSource = setting("builtin", "the worked example: builtin (a made-up `last` bug) or task (a real "
                                       "bug-fix task of the tuning split, never the one at hand)",
                                       choices=DEMO_SOURCES, added="builtin")
-    # search only (--agent search, reflect-search): a react turn sampled `candidates` times at once
-    candidates: int = setting(4, "search: candidate replies sampled at once per turn, each tried on a scratch "
-                              "copy of the workspace against the visible tests", type=int, metavar="K", added=4)
-    search_temperature: float = setting(0.8, "search: sampling temperature of every candidate but the first (which "
-                                        "is sampled as react samples)", type=float, metavar="T", added=0.8)
+    # search (--agent search, reflect-search): a react turn sampled `candidates` times at once; best-of-n: the
+    # single-shot answer sampled `candidates` times at once
+    candidates: int = setting(4, "search, best-of-n: candidate replies sampled at once per turn, each tried on a "
+                              "scratch copy of the workspace against the visible tests", type=int, metavar="K",
+                              added=4)
+    search_temperature: float = setting(0.8, "search, best-of-n: sampling temperature of every candidate but the "
+                                        "first (which is sampled as react / single-shot samples)", type=float,
+                                        metavar="T", added=0.8)
     # Tuned on the even split: the candidates copy the conversation's stale write, turn after turn (136 of 178
     # turns left the file as it was); beginning again after one such turn solved more, at fewer tokens.
     search_restart: bool = setting(True, "helper off: search begins the conversation again after a stale write "

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from ..errors import ToolError
@@ -77,14 +77,24 @@ def try_action(ws: Workspace, tests: dict[str, str], tool: str | None, args: dic
                options: ToolOptions) -> Trial | None:
     """Take the action (`tool` None: none) on a scratch copy of `ws`, put the task's test files (`tests`) back
     and run the visible tests there. None when the action changed no file (the tests as before it)."""
-    with scratch_copy(ws) as copy:
+    def act(copy: Workspace) -> None:
         if tool is not None:
             with contextlib.suppress(ToolError):  # refused: it changes nothing, as in the workspace
                 run_tool(copy, tool, args, options)
-            if not copy.changed_files():
-                return None
+
+    return try_change(ws, tests, act, options, changes=tool is not None)
+
+
+def try_change(ws: Workspace, tests: dict[str, str], change: Callable[[Workspace], None], options: ToolOptions,
+               changes: bool = True) -> Trial | None:
+    """`change` made on a scratch copy of `ws`, the task's test files (`tests`) put back, the visible tests run
+    there. None when `changes` and the change left every file as it was."""
+    with scratch_copy(ws) as copy:
+        change(copy)
+        if changes and not copy.changed_files():
+            return None
         for rel, text in tests.items():
             put_file(copy, rel, text)
         result = run_tool(copy, "run_tests", {}, options).safe()
         return Trial(bool(result.tests_passed), 0 if result.tests_passed else _progress(result.text), result,
-                     tool is not None)
+                     changes)

@@ -12,8 +12,10 @@ strategy (steps carry their `phase`; a "handoff" step between the phases), 1.7 t
 (strategy single_shot now asks as bigcode-evaluation-harness does: `agent.single_shot` names its prompt
 recipe, `prompt.prefill` the assistant turn's start) and single_shot_chat, the earlier chat-style
 single-shot (a single_shot trace before 1.7 is that one), 1.8 the native tool protocol (`agent.protocol`,
-Mode = Literal["agent", "single_shot", "single_shot_chat", "reflect", "reflect_react", "search", "reflect_search"]
-Strategy = Literal["react", "reflect", "single_shot", "single_shot_chat", "reflect_react", "search", "reflect_search"]
+Mode = Literal["agent", "single_shot", "single_shot_chat", "reflect", "reflect_react", "search", "reflect_search",
+               "best_of_n"]
+Strategy = Literal["react", "reflect", "single_shot", "single_shot_chat", "reflect_react", "search",
+                   "reflect_search", "best_of_n"]
 Sandbox = Literal["bwrap", "docker", "rlimit", "none"]
 
 Presence is deliberate: a field marked `OMIT_UNSET` is written only once it has been set (an outcome
@@ -41,8 +43,10 @@ SCHEMA_VERSION: SchemaVersion = "1.9"
 READABLE_VERSIONS: tuple[str, ...] = ("1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7", "1.8", "1.9")
 NATIVE_HARNESS = "agent-harness"  # the `harness` of an episode this project ran (no `source`)
 ExitReason = Literal["submitted", "max_steps", "budget", "context", "error"]
-Mode = Literal["agent", "single_shot", "single_shot_chat", "reflect", "reflect_react", "search", "reflect_search"]
-Strategy = Literal["react", "reflect", "single_shot", "single_shot_chat", "reflect_react", "search", "reflect_search"]
+Mode = Literal["agent", "single_shot", "single_shot_chat", "reflect", "reflect_react", "search", "reflect_search",
+               "best_of_n"]
+Strategy = Literal["react", "reflect", "single_shot", "single_shot_chat", "reflect_react", "search",
+                   "reflect_search", "best_of_n"]
 Sandbox = Literal["bwrap", "docker", "rlimit", "none"]
 
 OMIT_UNSET = "omit-unset"  # Annotated/Field metadata: the key is written only after the field was set
@@ -146,8 +150,8 @@ class AgentInfo(_Part):
     tool_choice: Literal["auto", "required"] | None = _omit_unset(
         description="native protocol: required, every reply began as a call (prefilled) and the `submit` "
         "tool finished; absent: auto, a reply with no call was the final answer.")
-    candidates: int | None = _omit_unset(description="search: candidate replies sampled at once per turn (absent: "
-                                         "the default of the harness that wrote it).")
+    candidates: int | None = _omit_unset(description="search, best_of_n: candidate replies sampled at once per turn "
+                                         "(absent: the default of the harness that wrote it).")
     search_temperature: float | None = _omit_unset(description="search: the sampling temperature of every candidate "
                                                    "but the first.")
     search_restart: bool | None = _omit_unset(description="search: false when it did not begin the conversation "
@@ -158,8 +162,8 @@ class AgentInfo(_Part):
     demo_source: Literal["builtin", "task"] | None = _omit_unset(
         description="The worked example: task, a real bug-fix task other than the one at hand; absent: builtin.")
     search: dict[str, Any] = _omit_unset(default_factory=dict,
-                                         description="search only: candidates, temperature, seeds and how "
-                                         "candidates are ranked.")
+                                         description="search and best_of_n only: candidates, temperature, "
+                                         "seeds and how candidates are ranked.")
     reflect: dict[str, Any] = _omit_unset(default_factory=dict,
                                           description="reflect only: iters, temperatures, draft (chat or bigcode: "
                                           "how the first turn asks, 1.7; bigcode adds prompt and recipe).")

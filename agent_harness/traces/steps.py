@@ -312,7 +312,8 @@ class Candidate(_Step):
     """search: one of a turn's candidate replies and what trying it on a scratch copy of the workspace found
     (later in 1.8). `text` is its action: the call as JSON, the FINAL, or why it could not be used. The one
     chosen is continued from: its reply is recorded on the turn's next steps, as react records a reply, and
-    the others' replies here (each model reply on exactly one step)."""
+    the others' replies here (each model reply on exactly one step). best_of_n (1.9): one per sampled
+    program, `text` the program; the chosen one's reply is on the `final` step."""
 
     type: Literal["candidate"] = "candidate"
     candidate: Annotated[Absent[int], Field(ge=0), _doc("search: the candidate's position in its turn (0: sampled "

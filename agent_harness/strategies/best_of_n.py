@@ -69,7 +69,6 @@ class BestOfNEpisode(SingleShotEpisode):
         samples = self._try_all([Sample(n, r, c) for n, (r, c) in enumerate(zip(requests, replies, strict=True))])
         best = max(samples, key=lambda s: s.rank)
         self._record(samples, best)
-        self.params = best.request[1]
         self.advance(best.reply)
         if best.verdict == "passed":
             self.final = f"candidate {best.n} passes the visible tests"

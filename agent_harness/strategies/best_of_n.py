@@ -21,7 +21,7 @@ from ..traces.steps import Candidate, Verdict, reply_record
 from ..types import Completion, RequestMeta
 from .asking import Request, ask_all
 from .history import test_record
-from .scratch import Trial, is_test_file, try_change
+from .scratch import RANK, Trial, candidate_rank, test_files, try_change
 from .search import candidate_seed
 from .single_shot import SingleShotEpisode
 
@@ -29,9 +29,6 @@ if TYPE_CHECKING:
     from ..sandbox.workspace import Workspace
     from ..traces.model import Trace
     from .episode import Ask
-
-RANK = "passed first, then the failing check furthest down a test file, then the lowest candidate number"
-
 
 @dataclass
 class Sample:
@@ -46,10 +43,7 @@ class Sample:
 
     @property
     def rank(self) -> tuple[int, int, int]:
-        if self.verdict in ("fault", "not_tried"):
-            return (-1, 0, -self.n)
-        score = self.trial.score if self.trial is not None else (0, 0)
-        return (*score, -self.n)
+        return candidate_rank(self.verdict, self.trial, self.n)
 
 
 @dataclass
@@ -110,13 +104,11 @@ class BestOfNEpisode(SingleShotEpisode):
         if not self.ws.test_cmd:
             s.verdict = "unverified"
             return
-        tests = {rel: text for rel, text in self.task.files.items() if is_test_file(rel)}
-
         def apply(copy: Workspace) -> None:
             self.scenario.apply_program(self.task, copy, module)
 
         try:
-            s.trial = try_change(self.ws, tests, apply, self.options, changes=False)
+            s.trial = try_change(self.ws, test_files(self.task.files), apply, self.options, changes=False)
         except Exception as e:
             hide = (str(self.ws.root), str(self.ws.root.resolve()))
             s.verdict, s.note = "fault", f"trying it failed: {error_text(e, hide)}"

@@ -40,6 +40,22 @@ def is_test_file(rel: str) -> bool:
     return any(part.startswith("test") for part in rel.split("/"))
 
 
+def test_files(files: dict[str, str]) -> dict[str, str]:
+    """The task's test files among `files`, put back on a scratch copy before its tests run."""
+    return {rel: text for rel, text in files.items() if is_test_file(rel)}
+
+
+RANK = "passed first, then the failing check furthest down a test file, then the lowest candidate number"
+
+
+def candidate_rank(verdict: str, trial: Trial | None, n: int) -> tuple[int, int, int]:
+    """A candidate's place by RANK (higher is better): one that was not tried or had no usable action is last."""
+    if verdict in ("invalid", "fault", "not_tried"):
+        return (-1, 0, -n)
+    score = trial.score if trial is not None else (0, 0)
+    return (*score, -n)
+
+
 def _progress(output: str) -> int:
     found = find_failure(output)
     check = found.check if found is not None else None

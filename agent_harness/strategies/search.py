@@ -31,14 +31,11 @@ from .asking import Request, ask_all
 from .config import AgentConfig
 from .history import test_record
 from .react import Episode
-from .scratch import READ_ONLY, Trial, is_test_file, try_action
+from .scratch import RANK, READ_ONLY, Trial, candidate_rank, test_files, try_action
 
 if TYPE_CHECKING:
     from ..traces.model import Trace
     from .episode import Ask
-
-RANK = "passed first, then the failing check furthest down a test file, then the lowest candidate number"
-
 
 def candidate_seed(run_seed: int, task_id: str, sample: int, turn: int, candidate: int) -> int:
     """The seed of one candidate: react's request seed for candidate 0, a seed of its own for each other."""
@@ -68,10 +65,7 @@ class Tried:
 
     @property
     def rank(self) -> tuple[int, int, int]:
-        if self.verdict in ("invalid", "fault", "not_tried"):
-            return (-1, 0, -self.n)
-        score = self.trial.score if self.trial is not None else (0, 0)
-        return (*score, -self.n)
+        return candidate_rank(self.verdict, self.trial, self.n)
 
 
 @dataclass
@@ -171,8 +165,7 @@ class SearchEpisode(Episode):
         t.verdict = "passed" if t.trial.passed else "failed" if trial is not None else "unchanged"
 
     def _trial(self, tool: str | None, args: dict[str, Any]) -> Trial | None:
-        tests = {rel: text for rel, text in self.task.files.items() if is_test_file(rel)}
-        found = try_action(self.ws, tests, tool, args, self.config.tool_options)
+        found = try_action(self.ws, test_files(self.task.files), tool, args, self.config.tool_options)
         assert found is not None or tool is not None  # no action: always a test run
         return found
 

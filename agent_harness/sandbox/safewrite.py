@@ -206,3 +206,14 @@ class Folder:
             return read_at(fd, name, limit)
         finally:
             os.close(fd)
+
+
+def move_into_place(tmp: Path, to: Path) -> None:
+    """Put the finished folder `tmp` at `to` (absent, or the empty folder checked before): rmdir refuses a folder
+    that filled since, and rename never follows a link at `to`; either is one ConfigError line."""
+    try:
+        if os.path.isdir(to) and not os.path.islink(to):
+            os.rmdir(to)
+        os.rename(tmp, to)
+    except OSError as e:
+        raise ConfigError(f"{to}: {e.strerror} (it changed during the export; choose a new --to)") from None

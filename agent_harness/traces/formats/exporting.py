@@ -99,12 +99,7 @@ def export(traces: Path, to: Path, fmt: str) -> tuple[int, int]:
         os.chmod(tmp, 0o755)
         folder = safewrite.Folder(tmp).create()
         files = _atif(found, folder) if fmt == "atif" else _inspect(found, folder)
-        try:
-            if os.path.isdir(to) and not os.path.islink(to):
-                os.rmdir(to)
-            os.rename(tmp, to)
-        except OSError as e:
-            raise ConfigError(f"{to}: {e.strerror} (it changed during the export; choose a new --to)") from None
+        safewrite.move_into_place(tmp, to)
     except BaseException:
         safefs.remove_tree(tmp)
         raise

@@ -292,12 +292,7 @@ def export(traces: Path, to: Path, rows_per_shard: int = ROWS_PER_SHARD) -> tupl
             data.write(f"train-{k:05d}-of-{n:05d}.parquet", partial(pq.write_table, table))
         safewrite.Folder(tmp).write("README.md", redact(dataset_card(rows, skipped, traces, n)).encode("utf-8"))
         report_skipped(skipped, "file(s)")  # the card lists them too
-        try:
-            if os.path.isdir(to) and not os.path.islink(to):
-                os.rmdir(to)  # the empty folder checked above (rmdir refuses one that filled since)
-            os.rename(tmp, to)  # never follows a link at `to`; refuses a file or a folder that filled meanwhile
-        except OSError as e:
-            raise ConfigError(f"{to}: {e.strerror} (it changed during the export; choose a new --to)") from None
+        safewrite.move_into_place(tmp, to)
     except BaseException:
         safefs.remove_tree(tmp)
         raise

@@ -107,6 +107,11 @@ CONFIGS: dict[str, Config] = {
     "best-of-n-k4": Config(("--agent", "best-of-n", "--candidates", "4")),
     "best-of-n-k16": Config(("--agent", "best-of-n", "--candidates", "16")),
     "single-shot-T0.8-n16": Config(("--agent", "single-shot"), temperature=0.8, samples=16),  # a third of the time
+    # best-of-n (16 programs), then the tool agent's search (4 candidates a turn) where none passes
+    "best-of-n-search": Config(("--agent", "best-of-n-search")),
+    "best-of-n-search-kept": Config(("--agent", "best-of-n-search", "--handoff", "kept")),
+    "best-of-n-k8": Config(("--agent", "best-of-n", "--candidates", "8")),
+    "best-of-n-k1": Config(("--agent", "best-of-n", "--candidates", "1")),
     "search-k4-no-restart": Config(("--agent", "search", "--candidates", "4", "--no-search-restart")),
     # what other agents do: a span edit tool, the shell alone, another task's worked example, none
     "search-k4-edit": Config(("--agent", "search", "--candidates", "4", "--action-space", "edit")),

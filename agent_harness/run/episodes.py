@@ -3,8 +3,8 @@
 
 `react` (react.py: tool calls in the THOUGHT/TOOL_CALL/FINAL protocol), `search` (search.py: react with
 each turn sampled K times, every candidate tried against the visible tests on a scratch copy), `reflect`
-(whole-function proposals tested and reflected on), `reflect_react` and `reflect_search` (chain.py: reflect,
-then the tool agent on the files as given), `single_shot` (bigcode's recipe), `best_of_n` (best_of_n.py:
+(whole-function proposals tested and reflected on), `reflect_react`, `reflect_search` and `best_of_n_search`
+(chain.py: reflect or best-of-n, then the tool agent), `single_shot` (bigcode's recipe), `best_of_n` (best_of_n.py:
 single-shot sampled K times, each program tried against the visible tests) and `single_shot_chat` (one chat
 answer). `extract` pulls the code out of a completion. `STRATEGIES` is the one registry: each strategy's
 name, builder, trace folder, command-line spelling and what it needs of a scenario; `default_strategy` picks
@@ -21,7 +21,7 @@ from ..errors import ConfigError
 from ..sandbox.workspace import Workspace
 from ..scenarios import SingleShot
 from ..strategies.best_of_n import BestOfNEpisode
-from ..strategies.chain import ReflectThenReact
+from ..strategies.chain import Chain
 from ..strategies.config import AgentConfig, ReflectConfig
 from ..strategies.react import Episode
 from ..strategies.reflect import Reflectable, ReflectEpisode
@@ -32,7 +32,7 @@ from ..types import GenParams, Task, request_seed
 if TYPE_CHECKING:
     from ..registry import ModelSpec
 
-AnyEpisode = Episode | SingleShotEpisode | ChatSingleShotEpisode | ReflectEpisode | ReflectThenReact
+AnyEpisode = Episode | SingleShotEpisode | ChatSingleShotEpisode | ReflectEpisode | Chain
 
 
 @dataclass(frozen=True)
@@ -125,12 +125,12 @@ def _reflect(inp: EpisodeInputs, scenario: Any, ws: Workspace, params: GenParams
 
 
 def _reflect_react(inp: EpisodeInputs, scenario: Any, ws: Workspace, params: GenParams) -> AnyEpisode:
-    return ReflectThenReact(inp.task, ws, params, scenario, inp.reflect, inp.agent, inp.model.temperature_schedule,
+    return Chain(inp.task, ws, params, scenario, inp.reflect, inp.agent, inp.model.temperature_schedule,
                             inp.sample)
 
 
 def _reflect_search(inp: EpisodeInputs, scenario: Any, ws: Workspace, params: GenParams) -> AnyEpisode:
-    return ReflectThenReact(inp.task, ws, params, scenario, inp.reflect, inp.agent, inp.model.temperature_schedule,
+    return Chain(inp.task, ws, params, scenario, inp.reflect, inp.agent, inp.model.temperature_schedule,
                             inp.sample, search=True)
 
 
@@ -144,10 +144,17 @@ def _search(inp: EpisodeInputs, scenario: Any, ws: Workspace, params: GenParams)
                          sample=inp.sample)
 
 
-def _best_of_n(inp: EpisodeInputs, scenario: Any, ws: Workspace, params: GenParams) -> AnyEpisode:
+def _best_of_n(inp: EpisodeInputs, scenario: Any, ws: Workspace, params: GenParams,
+               candidates: int | None = None) -> BestOfNEpisode:
     return BestOfNEpisode(inp.task, ws, _first_seed(inp, params), scenario, inp.model.bigcode_prompt,
-                          candidates=inp.agent.candidates, temperature=inp.agent.search_temperature,
+                          candidates=candidates or inp.agent.candidates, temperature=inp.agent.search_temperature,
                           options=inp.agent.tool_options, run_seed=inp.run_seed, sample=inp.sample)
+
+
+def _best_of_n_search(inp: EpisodeInputs, scenario: Any, ws: Workspace, params: GenParams) -> AnyEpisode:
+    opening = _best_of_n(inp, scenario, ws, params, inp.agent.opening_candidates)
+    return Chain(inp.task, ws, params, scenario, None, inp.agent, inp.model.temperature_schedule, inp.sample,
+                 search=True, opening=opening)
 
 
 def _first_seed(inp: EpisodeInputs, params: GenParams) -> GenParams:
@@ -173,6 +180,9 @@ STRATEGIES: dict[str, StrategyInfo] = {s.name: s for s in (
     StrategyInfo("best_of_n", _best_of_n, "single-shot asked --candidates times at once, each program tried on a "
                  "scratch copy against the visible tests; the first that passes is submitted", "-best_of_n",
                  (CALIBRATED,)),
+    StrategyInfo("best_of_n_search", _best_of_n_search, "best-of-n (--opening-candidates programs); when none "
+                 "passes, the tool agent's search (--handoff: from the files as given or best-of-n's best)",
+                 "-best_of_n_search", (CALIBRATED,), uses_tools=True),
 )}
 
 # The defaults, best first as measured (README "Strategies", bench/RESULTS.md: over all 164 HumanEvalFix

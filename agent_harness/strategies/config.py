@@ -112,6 +112,8 @@ def build(config: type[C], values: dict[tuple[str, ...], Any]) -> C:
 ActionSpace = Literal["tools", "edit", "bash"]
 ACTION_SPACES: tuple[ActionSpace, ...] = ("tools", "edit", "bash")
 DemoSource = Literal["builtin", "task"]
+Handoff = Literal["given", "kept"]
+HANDOFFS: tuple[Handoff, ...] = ("given", "kept")
 DEMO_SOURCES: tuple[DemoSource, ...] = ("builtin", "task")
 MAX_CANDIDATES = 64
 History = Literal["full", "condensed"]
@@ -187,6 +189,13 @@ class AgentConfig:
     search_restart: bool = setting(True, "helper off: search begins the conversation again after a stale write "
                                    "(--restart-after 1, unless that is given)", flag="no-search-restart",
                                    sets=False, added=True)
+    opening_candidates: int = setting(16, "best-of-n-search: programs sampled at once in its best-of-n phase "
+                                      "(--candidates: per turn of its search phase)", type=int, metavar="N",
+                                      added=16)
+    handoff: Handoff = setting("given", "chains (reflect-react, reflect-search, best-of-n-search): the tool agent "
+                               "begins from the task's files as given, or as the first phase left them (kept: "
+                               "best-of-n's best failing program, the test files put back)", choices=HANDOFFS,
+                               added="given")
     tool_options: ToolOptions = field(default_factory=ToolOptions, metadata={PARTS: {
         "syntax_check": Setting("helper off: syntax check of written .py", flag="no-syntax-check", sets=False),
         "extract_failure": Setting("helper off: failing line from test output", flag="no-failure-extract",
@@ -212,6 +221,11 @@ class AgentConfig:
             raise ConfigError(f"--demo-source must be one of {', '.join(DEMO_SOURCES)}, not {self.demo_source!r}")
         if not 1 <= self.candidates <= MAX_CANDIDATES:
             raise ConfigError(f"--candidates must be between 1 and {MAX_CANDIDATES}, got {self.candidates}")
+        if not 1 <= self.opening_candidates <= MAX_CANDIDATES:
+            raise ConfigError(f"--opening-candidates must be between 1 and {MAX_CANDIDATES}, "
+                              f"got {self.opening_candidates}")
+        if self.handoff not in HANDOFFS:
+            raise ConfigError(f"--handoff must be one of {', '.join(HANDOFFS)}, not {self.handoff!r}")
         if not 0.0 <= self.search_temperature <= 2.0:
             raise ConfigError(f"--search-temperature must be between 0 and 2, got {self.search_temperature}")
 

@@ -13,9 +13,9 @@ strategy (steps carry their `phase`; a "handoff" step between the phases), 1.7 t
 recipe, `prompt.prefill` the assistant turn's start) and single_shot_chat, the earlier chat-style
 single-shot (a single_shot trace before 1.7 is that one), 1.8 the native tool protocol (`agent.protocol`,
 Mode = Literal["agent", "single_shot", "single_shot_chat", "reflect", "reflect_react", "search", "reflect_search",
-               "best_of_n"]
+               "best_of_n", "best_of_n_search"]
 Strategy = Literal["react", "reflect", "single_shot", "single_shot_chat", "reflect_react", "search",
-                   "reflect_search", "best_of_n"]
+                   "reflect_search", "best_of_n", "best_of_n_search"]
 Sandbox = Literal["bwrap", "docker", "rlimit", "none"]
 
 Presence is deliberate: a field marked `OMIT_UNSET` is written only once it has been set (an outcome
@@ -44,9 +44,9 @@ READABLE_VERSIONS: tuple[str, ...] = ("1.0", "1.1", "1.2", "1.3", "1.4", "1.5", 
 NATIVE_HARNESS = "agent-harness"  # the `harness` of an episode this project ran (no `source`)
 ExitReason = Literal["submitted", "max_steps", "budget", "context", "error"]
 Mode = Literal["agent", "single_shot", "single_shot_chat", "reflect", "reflect_react", "search", "reflect_search",
-               "best_of_n"]
+               "best_of_n", "best_of_n_search"]
 Strategy = Literal["react", "reflect", "single_shot", "single_shot_chat", "reflect_react", "search",
-                   "reflect_search", "best_of_n"]
+                   "reflect_search", "best_of_n", "best_of_n_search"]
 Sandbox = Literal["bwrap", "docker", "rlimit", "none"]
 
 OMIT_UNSET = "omit-unset"  # Annotated/Field metadata: the key is written only after the field was set
@@ -161,9 +161,15 @@ class AgentInfo(_Part):
         "alone; absent: tools (read_file, write_file, run_tests, ...).")
     demo_source: Literal["builtin", "task"] | None = _omit_unset(
         description="The worked example: task, a real bug-fix task other than the one at hand; absent: builtin.")
+    opening_candidates: int | None = _omit_unset(description="best_of_n_search: programs sampled at once in its "
+                                                 "best-of-n phase; absent: 16.")
+    handoff: Literal["given", "kept"] | None = _omit_unset(
+        description="Chains: kept, the tool agent began from the files as the first phase left them (the tests put "
+        "back); absent: given, the task's files put back.")
     search: dict[str, Any] = _omit_unset(default_factory=dict,
                                          description="search and best_of_n only: candidates, temperature, "
-                                         "seeds and how candidates are ranked.")
+                                         "seeds and how candidates are ranked (best_of_n_search: its search "
+                                         "phase's, and its best-of-n phase's under `best_of_n`).")
     reflect: dict[str, Any] = _omit_unset(default_factory=dict,
                                           description="reflect only: iters, temperatures, draft (chat or bigcode: "
                                           "how the first turn asks, 1.7; bigcode adds prompt and recipe).")

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 StepType = Literal["thought", "tool_call", "tool_result", "final", "parse_error", "submit_check", "attempt",
                    "feedback", "initial_tests", "restart", "handoff", "candidate"]
-Phase = Literal["reflect", "react"]
+Phase = Literal["reflect", "best_of_n", "react"]
 Role = Literal["assistant", "user"]
 CheckResult = Literal["passed", "failed", "syntax", "signature", "no_code", "repeat", "write_error", "error"]
 # search: what trying a candidate on a scratch copy found (see strategies/search.py)
@@ -92,7 +92,8 @@ Tool = str | None
 CallId = Annotated[str | None, _doc("Links a tool_result to its tool_call.")]
 Repairs = Absent[list[str]]
 Tests = Annotated[Absent[TestsResult], _doc("run_tests results, submit checks and the initial test run.")]
-StepPhase = Annotated[Absent[Phase], _doc("reflect_react: the strategy whose phase the step belongs to.")]
+StepPhase = Annotated[Absent[Phase], _doc("chains (reflect_react, reflect_search, best_of_n_search): the phase "
+                                          "the step belongs to.")]
 Embedding = list[float] | None
 Seed = Annotated[int | None, _doc("The request's sampling seed (reflect: the attempt's; search: the candidate's).")]
 

@@ -151,3 +151,21 @@ def test_cli_oracle_passes_null_fails_and_the_trace_names_both_phases(tmp_path: 
 def test_opening_candidates_out_of_range_is_one_line(tmp_path: Path) -> None:
     r = cli(tmp_path, "--models", "oracle", "--opening-candidates", "0")
     assert r.returncode == 2 and "--opening-candidates must be between 1" in r.stderr.strip().splitlines()[-1]
+
+
+def test_kept_takes_no_link_fifo_or_binary_the_first_phase_left(ws: Workspace, tmp_path: Path) -> None:
+    """What the first phase left is read without following a link or blocking on a FIFO; such a file, or one
+    that is not text, is handed over as given."""
+    secret = tmp_path / "secret.py"
+    secret.write_text("SECRET = 1\n")
+    target = Path(ws.root) / TARGET
+    ep = chain(ws, 1, handoff="kept")
+    for leave in ("link", "fifo", "binary"):
+        target.unlink()
+        if leave == "link":
+            target.symlink_to(secret)
+        elif leave == "fifo":
+            os.mkfifo(target)
+        else:
+            target.write_bytes(b"\xff\xfe\x00")
+        assert ep._kept()[TARGET] == TASK.files[TARGET], leave

@@ -106,7 +106,7 @@ def test_dump_leaves_out_later_settings_while_they_behave_as_before() -> None:
     assert added_values(AgentConfig) == {"initial_tests": False, "initial_files": False, "restart_after": None,
                                          "protocol": "text", "tool_choice": "auto", "action_space": "tools",
                                          "demo_source": "builtin", "candidates": 4, "search_temperature": 0.8,
-                                         "search_restart": True}
+                                         "search_restart": True, "opening_candidates": 16, "handoff": "given"}
     assert "protocol" not in AgentConfig(protocol="text").dump()
     assert "tool_choice" not in AgentConfig(protocol="native").dump()
     assert AgentConfig(protocol="native", tool_choice="required").dump()["tool_choice"] == "required"
@@ -155,12 +155,13 @@ def test_the_registry_is_the_one_list_of_strategies() -> None:
 def test_each_scenario_defaults_to_the_best_strategy_it_supports() -> None:
     reflect = ReflectConfig()
     defaults = {name: default_strategy(get_scenario(name), reflect).name for name in scenario_names()}
-    reflectable = {"humanevalfix", "bogus"}  # one function to extract and test; the YAML ones use tools only
-    assert defaults == {name: "reflect_react" if name in reflectable else "react" for name in scenario_names()}
-    assert len(defaults) > len(reflectable)
+    calibrated = {"humanevalfix", "bogus"}  # a bigcode-style prompt and one function; the YAML ones use tools only
+    assert defaults == {name: "best_of_n_search" if name in calibrated else "react" for name in scenario_names()}
+    assert len(defaults) > len(calibrated)
     for name in scenario_names():
         assert STRATEGIES["react"].supports(get_scenario(name), reflect)
-        assert STRATEGIES["reflect_react"].supports(get_scenario(name), reflect) == (name in reflectable)
+        assert STRATEGIES["best_of_n_search"].supports(get_scenario(name), reflect) == (name in calibrated)
+        assert STRATEGIES["reflect_react"].supports(get_scenario(name), reflect) == (name in calibrated)
 
 
 def _config_of(trace: dict[str, Any], strategy: str | None) -> tuple[RunConfig, Any]:
@@ -189,7 +190,8 @@ def test_a_stored_old_trace_gets_the_same_fingerprint_now(path: Path, monkeypatc
     now = _fingerprint_now(trace, trace["agent"]["strategy"])
     assert now["config"] == trace["fingerprint"]["config"]
     assert now["hash"] == trace["fingerprint"]["hash"] and now["run_hash"] == trace["fingerprint"]["run_hash"]
-    if trace["agent"]["strategy"] == "reflect_react":  # the default now: a run without --agent resumes it
+    if trace["agent"]["strategy"] == default_strategy(get_scenario("humanevalfix"), ReflectConfig()).name:
+        # the default: a run without --agent resumes it
         assert _fingerprint_now(trace, None)["hash"] == trace["fingerprint"]["hash"]
 
 
@@ -210,14 +212,14 @@ def test_without_agent_each_scenario_runs_its_default_and_the_trace_names_it(tmp
     out = tmp_path / "t"
     r = _cli("--models", "oracle", "--n", "1", "--scenario", "humanevalfix,repo_bugfix", "--out", str(out))
     assert r.returncode == 0, r.stderr
-    assert "strategy: reflect-react on humanevalfix; react on repo_bugfix (each scenario's default" in r.stdout
+    assert "strategy: best-of-n-search on humanevalfix; react on repo_bugfix (each scenario's default" in r.stdout
     traces = {p.relative_to(out).parts[1]: json.loads(p.read_text()) for p in out.rglob("run_*.json")}
     assert {k: t["agent"]["strategy"] for k, t in traces.items()} == {
-        "humanevalfix-reflect_react": "reflect_react", "repo_bugfix": "react"}
+        "humanevalfix-best_of_n_search": "best_of_n_search", "repo_bugfix": "react"}
     assert all(t["outcome"]["passed"] for t in traces.values())
 
     # an explicit --agent applies to every scenario and finds the default's traces done
-    r = _cli("--models", "oracle", "--n", "1", "--agent", "reflect-react", "--out", str(out), "--resume")
+    r = _cli("--models", "oracle", "--n", "1", "--agent", "best-of-n-search", "--out", str(out), "--resume")
     assert r.returncode == 0 and "resume: reused 1, redid 0" in r.stderr, r.stderr
     assert "strategy:" not in r.stdout
 

@@ -138,3 +138,21 @@ def test_a_split_runs_its_tasks_only_and_rows_get_single_shots_pass_at_their_bud
                   "--only", "search-k1", "--resume")  # another split is not "done"
     assert again.returncode == 0 and "already done" not in again.stdout
     assert len(list((out / "search-k1" / "oracle").rglob("run_*.json"))) == 4
+
+
+def test_the_untuned_table_runs_both_sets_in_one_command(tmp_path: Path) -> None:
+    """bench/untuned.py: the odd HumanEvalFix tasks and the held-out set, each config in its own folder."""
+    out, results = tmp_path / "out", tmp_path / "RESULTS.md"
+    args = [sys.executable, str(ROOT / "bench" / "untuned.py"), "--models", "oracle,null", "--n", "4", "--no-serve",
+            "--only", "single-shot,best-of-n-search", "--out", str(out), "--results", str(results), "--quiet"]
+    r = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, timeout=600,
+                       env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    odd = sorted(p.name for p in (out / "odd" / "single-shot" / "oracle").rglob("run_*.json"))
+    assert odd == ["run_Python-1__s0.json", "run_Python-3__s0.json"]  # the odd tasks of the first 4
+    held = sorted(p.name for p in (out / "heldout" / "best-of-n-search" / "null").rglob("run_*.json"))
+    assert held == [f"run_Heldout-{i}__s0.json" for i in range(4)]  # all of the held-out set's first 4
+    assert "| best-of-n-search | oracle |" in r.stdout and "| best-of-n-search · react phase | null |" in r.stdout
+    assert results.read_text().count("## Strategies") == 2
+    bad = subprocess.run([*args[:2], "--sets", "odd,nope"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert bad.returncode == 2 and "unknown set(s): nope" in bad.stderr

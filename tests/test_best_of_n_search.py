@@ -11,9 +11,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
+from test_best_of_n import FIXED, HALF, RUN_SEED, TARGET, TASK, WRONG  # the same task and programs
 
 from agent_harness.sandbox.workspace import Workspace
-from agent_harness.scenarios import TaskQuery
 from agent_harness.scenarios.humanevalfix import SCENARIO
 from agent_harness.strategies.asking import Asker, Request
 from agent_harness.strategies.best_of_n import BestOfNEpisode
@@ -23,12 +23,6 @@ from agent_harness.traces.steps import Handoff, InitialTests
 from agent_harness.types import Completion, GenParams, request_seed
 
 ROOT = Path(__file__).resolve().parent.parent
-TASK = SCENARIO.load_tasks(TaskQuery(task_ids=("Python/2",)))[0]  # truncate_number: return number % 1.0
-TARGET = SCENARIO.target_file(TASK)
-FIXED = "\n    return number % 1.0\n"  # continuations of the prefilled declaration
-HALF = "\n    return 0.5\n"  # passes the first check (3.5), fails the second
-WRONG = "\n    return number\n"
-RUN_SEED = 7
 
 
 def reply(text: str) -> Completion:

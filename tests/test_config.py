@@ -106,7 +106,8 @@ def test_dump_leaves_out_later_settings_while_they_behave_as_before() -> None:
     assert added_values(AgentConfig) == {"initial_tests": False, "initial_files": False, "restart_after": None,
                                          "protocol": "text", "tool_choice": "auto", "action_space": "tools",
                                          "demo_source": "builtin", "candidates": 4, "search_temperature": 0.8,
-                                         "search_restart": True, "opening_candidates": 16, "handoff": "given"}
+                                         "search_restart": True, "protect_tests": False, "opening_candidates": 16,
+                                         "handoff": "given"}
     assert "protocol" not in AgentConfig(protocol="text").dump()
     assert "tool_choice" not in AgentConfig(protocol="native").dump()
     assert AgentConfig(protocol="native", tool_choice="required").dump()["tool_choice"] == "required"
@@ -128,7 +129,8 @@ def test_the_dump_is_the_trace_header_and_the_fingerprint_input(path: Path) -> N
     trace = json.loads(path.read_text())
     header = {k: v for k, v in trace["agent"].items() if k not in ("mode", "strategy", "concurrency", "reflect",
                                                                    "single_shot", "search")}
-    want = AgentConfig(protocol=trace["agent"].get("protocol")).dump()
+    searches = STRATEGIES[trace["agent"]["strategy"]].searches  # elsewhere recorded as before it existed
+    want = AgentConfig(protocol=trace["agent"].get("protocol"), protect_tests=searches).dump()
     assert header == trace["fingerprint"]["config"]["agent"] == json.loads(json.dumps(want))
 
 
@@ -162,6 +164,17 @@ def test_each_scenario_defaults_to_the_best_strategy_it_supports() -> None:
         assert STRATEGIES["react"].supports(get_scenario(name), reflect)
         assert STRATEGIES["best_of_n_search"].supports(get_scenario(name), reflect) == (name in calibrated)
         assert STRATEGIES["reflect_react"].supports(get_scenario(name), reflect) == (name in calibrated)
+
+
+def test_test_files_are_protected_by_the_searching_strategies_only() -> None:
+    [spec] = load_registry(ROOT / "models.yaml").resolve("oracle")
+    on, off = (RunConfig(models=[spec], out=Path("unused"), embed=False, agent=AgentConfig(protect_tests=p))
+               for p in (True, False))
+    searching = {name for name, info in STRATEGIES.items() if info.searches}
+    assert searching == {"search", "reflect_search", "best_of_n_search"}
+    for name in STRATEGIES:  # recorded where it applies; elsewhere as before it existed, so older traces match
+        assert on.agent_for(spec, name).dump().get("protect_tests") is (True if name in searching else None)
+        assert "protect_tests" not in off.agent_for(spec, name).dump()
 
 
 def _config_of(trace: dict[str, Any], strategy: str | None) -> tuple[RunConfig, Any]:

@@ -129,14 +129,37 @@ def test_the_furthest_failing_check_wins_and_a_read_beats_a_regression(ws: Works
     assert (Path(ws.root) / TARGET).read_text() == HALF and ep.exit_reason == "max_steps"
 
 
-def test_rewriting_the_tests_does_not_pass(ws: Workspace) -> None:
-    cheat = "print('All tests passed.')\n"
-    model = Model([write(cheat, TEST_FILE), write(FIXED)])
-    ep = search(ws, 2)
+CHEAT = "print('All tests passed.')\n"
+
+
+@pytest.mark.parametrize("protect", [True, False])
+def test_rewriting_the_tests_does_not_pass(ws: Workspace, protect: bool) -> None:
+    model = Model([write(CHEAT, TEST_FILE), write(FIXED)])
+    ep = search(ws, 2, protect_tests=protect)
     ep.run(Asker(model.many))
     first = candidates(ep, 0)
-    assert [c.verdict for c in first] == ["failed", "passed"] and first[1].chosen
+    # refused before it is tried; unprotected, tried with the task's tests put back on the copy: they fail
+    assert [c.verdict for c in first] == ["refused" if protect else "failed", "passed"] and first[1].chosen
     assert (Path(ws.root) / TEST_FILE).read_text() == TASK.files[TEST_FILE]  # the copy's rewrite stayed there
+
+
+@pytest.mark.parametrize("path", [TEST_FILE, f"./{TEST_FILE}", f"/workspace/{TEST_FILE}"])
+def test_a_write_to_the_tests_is_refused_in_the_workspace_with_a_note(ws: Workspace, path: str) -> None:
+    model = Model([write(CHEAT, path)], [call("run_tests")])  # every candidate the same write, then a test run
+    ep = search(ws, 2, max_steps=2)
+    ep.run(Asker(model.many))
+    assert [c.verdict for c in candidates(ep, 0)] == ["refused", "refused"]
+    result = next(s for s in ep.steps if s.type == "tool_result")
+    assert result.text.startswith(f"ERROR: {TEST_FILE} holds the task's tests") and TARGET in result.text
+    assert (Path(ws.root) / TEST_FILE).read_text() == TASK.files[TEST_FILE]
+    assert ep.exit_reason == "max_steps"  # the tests still fail: no pass, nothing submitted
+
+
+def test_unprotected_the_workspace_takes_the_write(ws: Workspace) -> None:
+    model = Model([write(CHEAT)], [write(CHEAT, TEST_FILE)])
+    ep = search(ws, 1, max_steps=2, protect_tests=False, search_restart=False)
+    ep.run(Asker(model.many))
+    assert (Path(ws.root) / TEST_FILE).read_text() == CHEAT
 
 
 def test_a_candidates_fault_never_stops_the_episode(ws: Workspace) -> None:

@@ -81,6 +81,7 @@ class StrategyInfo:
     needs: tuple[Need, ...] = ()  # react: none, the tool agent works on every scenario
     reflects: bool = False  # runs the reflect loop: ReflectConfig (--iters, --reflect-draft) applies
     uses_tools: bool = False  # runs the tool agent: --protocol applies
+    searches: bool = False  # runs the tool agent's search: --no-protect-tests applies
 
     @property
     def flag(self) -> str:
@@ -174,15 +175,15 @@ STRATEGIES: dict[str, StrategyInfo] = {s.name: s for s in (
                  "-reflect_react", (REFLECTABLE,), reflects=True, uses_tools=True),
     StrategyInfo("search", _search, "the tool agent, each turn --candidates replies sampled at once, each tried on "
                  "a scratch copy against the visible tests, continued from the best; stops at the first that "
-                 "passes", "-search", uses_tools=True),
+                 "passes", "-search", uses_tools=True, searches=True),
     StrategyInfo("reflect_search", _reflect_search, "reflect; when it fails, the files put back and search",
-                 "-reflect_search", (REFLECTABLE,), reflects=True, uses_tools=True),
+                 "-reflect_search", (REFLECTABLE,), reflects=True, uses_tools=True, searches=True),
     StrategyInfo("best_of_n", _best_of_n, "single-shot asked --candidates times at once, each program tried on a "
                  "scratch copy against the visible tests; the first that passes is submitted", "-best_of_n",
                  (CALIBRATED,)),
     StrategyInfo("best_of_n_search", _best_of_n_search, "best-of-n (--opening-candidates programs); when none "
                  "passes, the tool agent's search (--handoff: from the files as given or best-of-n's best)",
-                 "-best_of_n_search", (CALIBRATED,), uses_tools=True),
+                 "-best_of_n_search", (CALIBRATED,), uses_tools=True, searches=True),
 )}
 
 # The defaults, best first as measured on the split nobody tuned on (docs/results.md "The untuned split": on

@@ -79,10 +79,13 @@ class RunConfig:
 
     def agent_for(self, spec: ModelSpec, strategy: str) -> AgentConfig:
         """The agent settings `spec`'s episodes of `strategy` run with: --protocol, else the model's preferred
-        protocol, for a strategy that calls tools; text (and no tool choice) for one that calls none."""
-        if not STRATEGIES[strategy].uses_tools:
-            return replace(self.agent, protocol="text", tool_choice="auto")
-        return replace(self.agent, protocol=self.agent.protocol or spec.protocol)
+        protocol, for a strategy that calls tools; text (and no tool choice) for one that calls none. Test files
+        are protected by search only: the others record the setting as before it existed."""
+        info = STRATEGIES[strategy]
+        agent = self.agent if info.searches else replace(self.agent, protect_tests=False)
+        if not info.uses_tools:
+            return replace(agent, protocol="text", tool_choice="auto")
+        return replace(agent, protocol=agent.protocol or spec.protocol)
 
     def folder(self, spec: ModelSpec, strategy: str, scenario: str) -> str:
         """The trace folder of `spec`'s episodes of `strategy` on `scenario` (its protocol's own under native)."""

@@ -189,6 +189,11 @@ class AgentConfig:
     search_restart: bool = setting(True, "helper off: search begins the conversation again after a stale write "
                                    "(--restart-after 1, unless that is given)", flag="no-search-restart",
                                    sets=False, added=True)
+    # Tuned on the even split: the 0.5B's search rewrote the test file with its own function in 8 of the 27 tasks
+    # handed to it (11 of 17 on the held-out set), saw the tests pass and submitted; the 1.5B never did.
+    protect_tests: bool = setting(True, "helper off: search lets write_file and edit_file change the task's test "
+                                  "files (by default it refuses, and the model is told to fix the code they test)",
+                                  flag="no-protect-tests", sets=False, added=False)
     opening_candidates: int = setting(16, "best-of-n-search: programs sampled at once in its best-of-n phase "
                                       "(--candidates: per turn of its search phase)", type=int, metavar="N",
                                       added=16)

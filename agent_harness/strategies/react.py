@@ -58,7 +58,7 @@ NOTHING_CHANGED = "You have not changed any file yet."
 REPEATED_CALL = "You made exactly the same call twice in a row. Its result has not changed; try something else."
 
 
-def _example_file(task: Task) -> str | None:
+def example_file(task: Task) -> str | None:
     """A file of the task to use in the prompt's examples: the first one that is not a test."""
     return next((f for f in task.files if not any(p.startswith("test") for p in f.split("/"))), None)
 
@@ -83,7 +83,7 @@ class Episode(EpisodeState):
         self.native = self.config.protocol == "native"  # tools as `tools=`, calls as the template's tool calls
         self.submit = self.config.forced_calls  # every reply a call; the submit tool ends the episode
         self.tools = {t.name: t for t in agent_tools(self.ws, self.config)}
-        specs, example = list(self.tools.values()), _example_file(self.task)
+        specs, example = list(self.tools.values()), example_file(self.task)
         self.system_prompt = (render_native_system_prompt(specs, example, self.submit) if self.native else
                               render_system_prompt(specs, example_path=example, examples=not self.config.demo))
         self.demo = list(demo_messages(tuple(self.tools), self.config.format_reminder, self.native, self.submit,

@@ -50,7 +50,7 @@ RANK = "passed first, then the failing check furthest down a test file, then the
 
 def candidate_rank(verdict: str, trial: Trial | None, n: int) -> tuple[int, int, int]:
     """A candidate's place by RANK (higher is better): one that was not tried or had no usable action is last."""
-    if verdict in ("invalid", "fault", "not_tried"):
+    if verdict in ("invalid", "refused", "fault", "not_tried"):
         return (-1, 0, -n)
     score = trial.score if trial is not None else (0, 0)
     return (*score, -n)

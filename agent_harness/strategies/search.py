@@ -7,7 +7,9 @@ candidate), so a run is reproducible. Each candidate's action is tried on a scra
 workspace and the visible tests run there, the task's test files put back first (a candidate cannot
 pass by rewriting them); an action that changes no file (a read, a FINAL) keeps the tests as they are.
 The turn continues from the best candidate: passing, else the one whose failing check is furthest down
-the test file, else the first; a reply with no usable action ranks last. The first candidate that passes
+the test file, else the first; a reply with no usable action ranks last, as does a write to one of the task's
+test files (`protect_tests`: search keeps them as given, and refuses such a write in the workspace too, telling
+the model to fix the code they test). The first candidate that passes
 stops the search: its action is taken in the workspace and the episode ends, submitted. After a stale
 write (the file left as it was, or a version that failed before) the conversation begins again from the
 task, the files as given (`search_restart`: react's `--restart-after 1`). Each candidate
@@ -21,21 +23,25 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from ..errors import FormatError, UnusableReply
+from ..errors import FormatError, ToolError, UnusableReply
 from ..protocol import parse_reply
 from ..protocol.native import CALL_PREFILL, SUBMIT, parse_native
 from ..text import error_text
+from ..tools import ToolResult as ToolOutput
 from ..traces.steps import Candidate, Restart, Verdict, reply_record
 from ..types import Completion, GenParams, RequestMeta, request_seed
 from .asking import Request, ask_all
 from .config import AgentConfig
 from .history import test_record
-from .react import Episode
+from .react import Episode, example_file
 from .scratch import RANK, READ_ONLY, Trial, candidate_rank, test_files, try_action
 
 if TYPE_CHECKING:
     from ..traces.model import Trace
     from .episode import Ask
+
+WRITES = frozenset({"write_file", "edit_file"})
+
 
 def candidate_seed(run_seed: int, task_id: str, sample: int, turn: int, candidate: int) -> int:
     """The seed of one candidate: react's request seed for candidate 0, a seed of its own for each other."""
@@ -105,6 +111,24 @@ class SearchEpisode(Episode):
     def gen_params(self) -> GenParams:
         return self._chosen or super().gen_params()
 
+    def _execute(self, tool: str, args: dict[str, Any]) -> ToolOutput:
+        refusal = self._refusal(tool, args)
+        return ToolOutput.fault(ToolError(refusal)) if refusal else super()._execute(tool, args)
+
+    def _refusal(self, tool: str | None, args: dict[str, Any]) -> str | None:
+        """Why the call may not run (`protect_tests`: it writes one of the task's test files), else None."""
+        if not self.config.protect_tests or tool not in WRITES or not isinstance(args.get("path"), str):
+            return None
+        try:
+            rel = self.ws.rel(self.ws.resolve(args["path"]))
+        except (ToolError, OSError, ValueError):
+            return None  # the tool itself says what is wrong with the path
+        if rel not in test_files(self.task.files):
+            return None
+        module = example_file(self.task)
+        return (f"{rel} holds the task's tests: they check your fix, so they stay as given. "
+                f"Fix the code they test{f' ({module})' if module else ''} instead.")
+
     def _restart_after(self) -> int | None:
         return self.config.restart_after or (1 if self.config.search_restart else None)
 
@@ -147,6 +171,9 @@ class SearchEpisode(Episode):
             return
         if not t.action.usable:
             t.verdict = "invalid"
+            return
+        if self._refusal(t.action.tool, t.action.args):
+            t.verdict = "refused"
             return
         if not self.ws.test_cmd:
             t.verdict = "unverified"

@@ -156,6 +156,9 @@ class AgentInfo(_Part):
                                                    "but the first.")
     search_restart: bool | None = _omit_unset(description="search: false when it did not begin the conversation "
                                               "again after a stale write; absent: it did.")
+    protect_tests: bool | None = _omit_unset(description="search: true when a write to one of the task's test "
+                                             "files was refused (ranked last among candidates); absent: such a "
+                                             "write was taken.")
     action_space: Literal["tools", "edit", "bash"] | None = _omit_unset(
         description="The tool agent's tools: edit adds edit_file (replace one exact span), bash gives run_cmd "
         "alone; absent: tools (read_file, write_file, run_tests, ...).")

@@ -26,7 +26,7 @@ Phase = Literal["reflect", "best_of_n", "react"]
 Role = Literal["assistant", "user"]
 CheckResult = Literal["passed", "failed", "syntax", "signature", "no_code", "repeat", "write_error", "error"]
 # search: what trying a candidate on a scratch copy found (see strategies/search.py)
-Verdict = Literal["passed", "failed", "unchanged", "invalid", "fault", "not_tried", "unverified"]
+Verdict = Literal["passed", "failed", "unchanged", "invalid", "refused", "fault", "not_tried", "unverified"]
 
 ABSENT = "absent-when-none"  # field metadata: never null in a trace; None means the key is left out
 T = TypeVar("T")
@@ -322,7 +322,8 @@ class Candidate(_Step):
     chosen: Annotated[Absent[bool], _doc("search: the turn continued from this candidate.")] = None
     verdict: Annotated[Absent[Verdict], _doc(
         "search: passed or failed (the visible tests on a scratch copy after its action), unchanged (its action "
-        "changes no file: the tests as before it), invalid (no usable action), fault (trying it failed), not_tried "
+        "changes no file: the tests as before it), invalid (no usable action), refused (it writes one of the task's "
+        "test files, which search keeps as given), fault (trying it failed), not_tried "
         "(an earlier one passed), unverified (no visible tests).")] = None
     tool: Tool = None
     tests: Tests = None

@@ -19,7 +19,7 @@ from agent_harness.strategies.asking import Asker, Request
 from agent_harness.strategies.best_of_n import BestOfNEpisode
 from agent_harness.strategies.chain import Chain
 from agent_harness.strategies.config import AgentConfig
-from agent_harness.traces.steps import Handoff, InitialTests
+from agent_harness.traces.steps import Handoff, InitialTests, SubmitCheck, ToolResult
 from agent_harness.types import Completion, GenParams, request_seed
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,8 +47,8 @@ class Model:
         return out
 
 
-def write(module: str) -> str:
-    call = {"tool": "write_file", "args": {"path": TARGET, "content": module}}
+def write(module: str, path: str = TARGET) -> str:
+    call = {"tool": "write_file", "args": {"path": path, "content": module}}
     return f"THOUGHT: fix it.\nTOOL_CALL: {json.dumps(call)}"
 
 
@@ -118,6 +118,22 @@ def test_kept_keeps_the_tasks_test_files_whatever_the_program_wrote(ws: Workspac
     ep.run(Asker(Model(ws, [WRONG], ["THOUGHT: done.\nFINAL: nothing"]).many))
     assert (Path(ws.root) / test_file).read_text() == TASK.files[test_file]
     assert ep.current.task.files[test_file] == TASK.files[test_file]
+
+
+@pytest.mark.parametrize("protect", [True, False])
+def test_the_search_phase_keeps_the_tests_as_given(ws: Workspace, protect: bool) -> None:
+    test_file = next(f for f in TASK.files if f != TARGET)
+    cheat, final = write("print('fine')\n", test_file), "THOUGHT: done.\nFINAL: fixed"
+    ep = chain(ws, 1, protect_tests=protect)
+    ep.run(Asker(Model(ws, [WRONG], [cheat, final]).many))
+    result = next(s for s in ep.steps if isinstance(s, ToolResult))
+    refused = any(isinstance(s, SubmitCheck) for s in ep.steps)  # the FINAL refused: the visible tests fail
+    if protect:
+        assert result.text.startswith(f"ERROR: {test_file} holds the task's tests") and refused
+        assert (Path(ws.root) / test_file).read_text() == TASK.files[test_file]
+    else:  # as before the helper: the rewritten tests pass in the workspace and the model submits at once
+        assert result.text.startswith(f"Wrote {test_file}") and not refused
+    assert ep.exit_reason == "submitted" and not SCENARIO.score(TASK, ws, []).passed
 
 
 def cli(out: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -106,7 +106,8 @@ def test_dump_leaves_out_later_settings_while_they_behave_as_before() -> None:
     assert added_values(AgentConfig) == {"initial_tests": False, "initial_files": False, "restart_after": None,
                                          "protocol": "text", "tool_choice": "auto", "action_space": "tools",
                                          "demo_source": "builtin", "candidates": 4, "search_temperature": 0.8,
-                                         "search_restart": True, "protect_tests": False, "opening_candidates": 16,
+                                         "search_restart": True, "protect_tests": False, "prefer_changes": False,
+                                         "opening_candidates": 16,
                                          "handoff": "given"}
     assert "protocol" not in AgentConfig(protocol="text").dump()
     assert "tool_choice" not in AgentConfig(protocol="native").dump()
@@ -166,15 +167,16 @@ def test_each_scenario_defaults_to_the_best_strategy_it_supports() -> None:
         assert STRATEGIES["reflect_react"].supports(get_scenario(name), reflect) == (name in calibrated)
 
 
-def test_test_files_are_protected_by_the_searching_strategies_only() -> None:
+def test_the_search_settings_are_recorded_where_search_runs_only() -> None:
     [spec] = load_registry(ROOT / "models.yaml").resolve("oracle")
-    on, off = (RunConfig(models=[spec], out=Path("unused"), embed=False, agent=AgentConfig(protect_tests=p))
-               for p in (True, False))
+    on, off = (RunConfig(models=[spec], out=Path("unused"), embed=False,
+                         agent=AgentConfig(protect_tests=p, prefer_changes=p)) for p in (True, False))
     searching = {name for name, info in STRATEGIES.items() if info.searches}
     assert searching == {"search", "reflect_search", "best_of_n_search"}
     for name in STRATEGIES:  # recorded where it applies; elsewhere as before it existed, so older traces match
-        assert on.agent_for(spec, name).dump().get("protect_tests") is (True if name in searching else None)
-        assert "protect_tests" not in off.agent_for(spec, name).dump()
+        for setting in ("protect_tests", "prefer_changes"):
+            assert on.agent_for(spec, name).dump().get(setting) is (True if name in searching else None)
+            assert setting not in off.agent_for(spec, name).dump()
 
 
 def _config_of(trace: dict[str, Any], strategy: str | None) -> tuple[RunConfig, Any]:

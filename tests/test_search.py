@@ -129,6 +129,19 @@ def test_the_furthest_failing_check_wins_and_a_read_beats_a_regression(ws: Works
     assert (Path(ws.root) / TARGET).read_text() == HALF and ep.exit_reason == "max_steps"
 
 
+@pytest.mark.parametrize("prefer", [False, True])
+def test_prefer_changes_breaks_a_tie_at_the_same_check_for_the_write(ws: Workspace, prefer: bool) -> None:
+    same = HEAD + "    return number\n"  # fails at the first check, as the file given does
+    model = Model([call("run_tests"), write(same)])
+    ep = search(ws, 2, max_steps=1, prefer_changes=prefer)
+    ep.run(Asker(model.many))
+    first = candidates(ep, 0)
+    assert [c.verdict for c in first] == ["unchanged", "failed"]
+    assert first[0].tests == first[1].tests  # the same failing check: a tie
+    assert [c.chosen for c in first] == ([False, True] if prefer else [True, False])
+    assert (Path(ws.root) / TARGET).read_text() == (same if prefer else TASK.files[TARGET])
+
+
 CHEAT = "print('All tests passed.')\n"
 
 

@@ -17,7 +17,7 @@ from ..errors import ConfigError
 from ..registry import ModelSpec
 from ..sandbox import safewrite
 from ..scenarios import Scenario, TaskQuery, get_scenario
-from ..strategies.config import AgentConfig, ReflectConfig
+from ..strategies.config import SEARCH_ONLY, AgentConfig, ReflectConfig, added_values
 from ..strategies.single_shot import recipe_record
 from ..traces.files import trace_paths
 from ..traces.store import resume_status, set_aside, task_slugs, trace_path
@@ -82,7 +82,8 @@ class RunConfig:
         protocol, for a strategy that calls tools; text (and no tool choice) for one that calls none. Test files
         are protected by search only: the others record the setting as before it existed."""
         info = STRATEGIES[strategy]
-        agent = self.agent if info.searches else replace(self.agent, protect_tests=False)
+        added = added_values(AgentConfig)
+        agent = self.agent if info.searches else replace(self.agent, **{k: added[k] for k in SEARCH_ONLY})
         if not info.uses_tools:
             return replace(agent, protocol="text", tool_choice="auto")
         return replace(agent, protocol=agent.protocol or spec.protocol)

@@ -42,7 +42,7 @@ class Sample:
     note: str = ""
 
     @property
-    def rank(self) -> tuple[int, int, int]:
+    def rank(self) -> tuple[int, int, int, int]:
         return candidate_rank(self.verdict, self.trial, self.n)
 
 

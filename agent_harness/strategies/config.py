@@ -194,6 +194,9 @@ class AgentConfig:
     protect_tests: bool = setting(True, "helper off: search lets write_file and edit_file change the task's test "
                                   "files (by default it refuses, and the model is told to fix the code they test)",
                                   flag="no-protect-tests", sets=False, added=False)
+    prefer_changes: bool = setting(False, "helper on: search ranks a candidate that changes a file above one that "
+                                   "changes none when the tests fail at the same check (by default the lower "
+                                   "candidate number wins the tie)", sets=True, added=False)
     opening_candidates: int = setting(16, "best-of-n-search: programs sampled at once in its best-of-n phase "
                                       "(--candidates: per turn of its search phase)", type=int, metavar="N",
                                       added=16)
@@ -256,6 +259,9 @@ class AgentConfig:
         if isinstance(given.get("tool_options"), dict):
             given["tool_options"] = ToolOptions(**given["tool_options"])
         return cls(**{**added_values(cls), **given})
+
+
+SEARCH_ONLY = ("protect_tests", "prefer_changes")  # settings only search reads: other strategies record them as before
 
 
 DRAFTS = ("chat", "bigcode")

@@ -46,14 +46,17 @@ def test_files(files: dict[str, str]) -> dict[str, str]:
 
 
 RANK = "passed first, then the failing check furthest down a test file, then the lowest candidate number"
+RANK_CHANGES = ("passed first, then the failing check furthest down a test file, then one that changed a file, "
+                "then the lowest candidate number")
 
 
-def candidate_rank(verdict: str, trial: Trial | None, n: int) -> tuple[int, int, int]:
-    """A candidate's place by RANK (higher is better): one that was not tried or had no usable action is last."""
+def candidate_rank(verdict: str, trial: Trial | None, n: int, changes: bool = False) -> tuple[int, int, int, int]:
+    """A candidate's place by RANK (higher is better; `changes`: by RANK_CHANGES): one that was not tried or had
+    no usable action is last."""
     if verdict in ("invalid", "refused", "fault", "not_tried"):
-        return (-1, 0, -n)
+        return (-1, 0, 0, -n)
     score = trial.score if trial is not None else (0, 0)
-    return (*score, -n)
+    return (*score, int(changes and trial is not None and trial.changed), -n)
 
 
 def _progress(output: str) -> int:

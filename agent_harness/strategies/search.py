@@ -34,7 +34,7 @@ from .asking import Request, ask_all
 from .config import AgentConfig
 from .history import test_record
 from .react import Episode, example_file
-from .scratch import RANK, READ_ONLY, Trial, candidate_rank, test_files, try_action
+from .scratch import RANK, RANK_CHANGES, READ_ONLY, Trial, candidate_rank, test_files, try_action
 
 if TYPE_CHECKING:
     from ..traces.model import Trace
@@ -69,9 +69,8 @@ class Tried:
     verdict: Verdict = "not_tried"
     trial: Trial | None = None
 
-    @property
-    def rank(self) -> tuple[int, int, int]:
-        return candidate_rank(self.verdict, self.trial, self.n)
+    def rank(self, changes: bool) -> tuple[int, int, int, int]:
+        return candidate_rank(self.verdict, self.trial, self.n, changes)
 
 
 @dataclass
@@ -87,7 +86,7 @@ class SearchEpisode(Episode):
         while not self.done:
             requests = self._requests()
             tried = self._try_all(requests, ask_all(ask, requests))
-            best = max(tried, key=lambda t: t.rank)
+            best = max(tried, key=lambda t: t.rank(self.config.prefer_changes))
             self._record(tried, best)
             self._chosen = best.params
             if any(isinstance(s, Restart) for s in self.advance(best.reply)):
@@ -106,7 +105,8 @@ class SearchEpisode(Episode):
         """The trace's `agent.search` block: what a search samples, how it seeds and ranks candidates."""
         trace.agent.search = {"candidates": config.candidates, "temperature": config.search_temperature,
                               "restart_after": config.restart_after or (1 if config.search_restart else None),
-                              "seeds": "candidate_seed(run seed, task, sample, turn, candidate)", "rank": RANK}
+                              "seeds": "candidate_seed(run seed, task, sample, turn, candidate)",
+                              "rank": RANK_CHANGES if config.prefer_changes else RANK}
 
     def gen_params(self) -> GenParams:
         return self._chosen or super().gen_params()

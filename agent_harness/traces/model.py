@@ -159,6 +159,9 @@ class AgentInfo(_Part):
     protect_tests: bool | None = _omit_unset(description="search: true when a write to one of the task's test "
                                              "files was refused (ranked last among candidates); absent: such a "
                                              "write was taken.")
+    prefer_changes: bool | None = _omit_unset(description="search: true when a candidate that changed a file "
+                                              "ranked above one that changed none at the same failing check; "
+                                              "absent: the lower candidate number won.")
     action_space: Literal["tools", "edit", "bash"] | None = _omit_unset(
         description="The tool agent's tools: edit adds edit_file (replace one exact span), bash gives run_cmd "
         "alone; absent: tools (read_file, write_file, run_tests, ...).")

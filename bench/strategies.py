@@ -17,8 +17,9 @@ ablations of single helpers run when named, or all of them with `--only all`.
 Each configuration (CONFIGS below: a name, the CLI flags it adds, optionally a sampling temperature)
 runs through the normal CLI, `run_agents.py --no-embed --resume`, one model at a time, into its own
 folder `<out>/<config>/`. A finished config × model leaves `<out>/<config>/done-<model>.json`;
-`--resume` skips those (unless they covered fewer tasks than `--n`) and continues the others where their
-traces stop, so a long benchmark can be stopped and picked up again, or extended to more tasks.
+`--resume` skips those (unless they covered fewer tasks than `--n`, or the harness's defaults for that
+strategy have changed since: the marker holds their digest) and continues the others where their traces
+stop, so a long benchmark can be stopped and picked up again, or extended to more tasks.
 `--only NAME[,NAME]` runs a subset; `--report` runs nothing and prints the table of the episodes the folders
 hold (a long run's progress: the `tasks` column says how many each row covers). A config whose flags this CLI
 does not have (e.g. `--history` before that feature exists) is skipped with a note.
@@ -46,6 +47,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import hashlib
 import json
 import os
 import platform
@@ -188,12 +190,33 @@ def served(model: str, args: argparse.Namespace) -> Iterator[Path]:
         raise SystemExit(f"error: {e}") from None
 
 
-def _done_n(done: Path, split: str = "all") -> int:
-    """Tasks a finished run covered (0 when none, or another split): a run over fewer tasks resumes instead
-    of skipping."""
+def defaults_digest(cfg: Config) -> str:
+    """A digest of the settings `cfg`'s flags leave to the harness (the agent's and reflect's defaults, as its
+    strategy records them): a changed default makes a finished run resume instead of being skipped."""
+    from dataclasses import replace
+
+    from agent_harness.run.episodes import STRATEGIES, default_strategy
+    from agent_harness.scenarios import get_scenario
+    from agent_harness.strategies.config import SEARCH_ONLY, AgentConfig, ReflectConfig, added_values
+
+    args = list(cfg.args)
+    name = args[args.index("--agent") + 1].replace("-", "_") if "--agent" in args else \
+        default_strategy(get_scenario("humanevalfix"), ReflectConfig()).name
+    agent = AgentConfig()
+    if not STRATEGIES[name].searches:
+        agent = replace(agent, **{k: added_values(AgentConfig)[k] for k in SEARCH_ONLY})
+    data = {"strategy": name, "agent": agent.dump(), "reflect": ReflectConfig().record()}
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _done_n(done: Path, split: str = "all", defaults: str | None = None) -> int:
+    """Tasks a finished run covered (0 when none, another split, or other defaults than `defaults`): a run over
+    fewer tasks resumes instead of skipping. A marker from before the digest was kept counts as done."""
     try:
         data = json.loads(done.read_text(encoding="utf-8"))
-        return int(data.get("n", 0)) if data.get("split", "all") == split else 0
+        if data.get("split", "all") != split or data.get("defaults", defaults) != defaults:
+            return 0
+        return int(data.get("n", 0))
     except (OSError, ValueError, TypeError, AttributeError):
         return 0
 
@@ -207,7 +230,7 @@ def run_config(name: str, cfg: Config, model: str, args: argparse.Namespace, reg
     """Run one config × model through the CLI (`registry` holds the model); (status, note)."""
     folder = args.out / name
     done = done_file(name, model, args)
-    if _done_n(done, args.split) >= args.n:
+    if _done_n(done, args.split, defaults_digest(cfg)) >= args.n:
         return "done", "already done (skipped)"
     cmd = [sys.executable, str(ROOT / "run_agents.py"), "--models", model, "--n", str(args.n), "--out", str(folder),
            "--no-embed", "--resume", *cfg.args, *shlex.split(args.cli_args)]
@@ -224,6 +247,7 @@ def run_config(name: str, cfg: Config, model: str, args: argparse.Namespace, reg
     if r.returncode != 0:
         return "failed", f"run_agents.py exited {r.returncode}"
     done.write_text(json.dumps({"config": name, "model": model, "n": args.n, "split": args.split, "cmd": cmd[1:],
+                                "defaults": defaults_digest(cfg),
                                 "finished": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}) + "\n")
     return "ok", ""
 
@@ -240,7 +264,8 @@ def run_all(names: list[str], models: list[str], args: argparse.Namespace) -> li
         else:
             runnable.append(name)
     for model in models:
-        todo = [n for n in runnable if _done_n(done_file(n, model, args), args.split) < args.n]
+        todo = [n for n in runnable
+                if _done_n(done_file(n, model, args), args.split, defaults_digest(CONFIGS[n])) < args.n]
         with served(model, args) if args.serve and todo else contextlib.nullcontext(args.registry) as registry:
             for name in runnable:
                 status, note = run_config(name, CONFIGS[name], model, args, registry)

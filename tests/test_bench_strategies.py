@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -38,6 +39,12 @@ def test_strategy_table_only_and_resume(tmp_path: Path) -> None:
     assert resumed.returncode == 0, resumed.stderr
     assert "reflect × oracle: already done (skipped)" in resumed.stdout and "[strategies]" not in resumed.stderr
     assert results.read_text().count("## Strategies") == 1
+    marker = out / "reflect" / "done-null.json"
+    marker.write_text(json.dumps(json.loads(marker.read_text()) | {"defaults": "other"}))  # a default changed since
+    changed = bench(*common, "--only", "reflect", "--resume", "--no-append")
+    assert changed.returncode == 0, changed.stderr
+    assert "reflect × null: already done" not in changed.stdout and "reflect × oracle: already done" in changed.stdout
+    assert json.loads(marker.read_text())["defaults"] != "other"
 
     more = bench(*common[:3], "3", *common[4:], "--only", "reflect", "--resume", "--no-append")  # a third task
     assert more.returncode == 0, more.stderr

@@ -114,6 +114,7 @@ CONFIGS: dict[str, Config] = {
     "best-of-n-search-kept": Config(("--agent", "best-of-n-search", "--handoff", "kept")),
     "best-of-n-search-files": Config(("--agent", "best-of-n-search", "--initial-files")),
     "best-of-n-search-changes": Config(("--agent", "best-of-n-search", "--prefer-changes")),
+    "best-of-n-search-tests-on-write": Config(("--agent", "best-of-n-search", "--tests-on-write")),
     "best-of-n-search-unprotected": Config(("--agent", "best-of-n-search", "--no-protect-tests")),  # before the helper
     "best-of-n-k8": Config(("--agent", "best-of-n", "--candidates", "8")),
     "best-of-n-k1": Config(("--agent", "best-of-n", "--candidates", "1")),

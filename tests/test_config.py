@@ -107,8 +107,7 @@ def test_dump_leaves_out_later_settings_while_they_behave_as_before() -> None:
                                          "protocol": "text", "tool_choice": "auto", "action_space": "tools",
                                          "demo_source": "builtin", "candidates": 4, "search_temperature": 0.8,
                                          "search_restart": True, "protect_tests": False, "prefer_changes": False,
-                                         "opening_candidates": 16,
-                                         "handoff": "given"}
+                                         "tests_on_write": False, "opening_candidates": 16, "handoff": "given"}
     assert "protocol" not in AgentConfig(protocol="text").dump()
     assert "tool_choice" not in AgentConfig(protocol="native").dump()
     assert AgentConfig(protocol="native", tool_choice="required").dump()["tool_choice"] == "required"
@@ -170,11 +169,12 @@ def test_each_scenario_defaults_to_the_best_strategy_it_supports() -> None:
 def test_the_search_settings_are_recorded_where_search_runs_only() -> None:
     [spec] = load_registry(ROOT / "models.yaml").resolve("oracle")
     on, off = (RunConfig(models=[spec], out=Path("unused"), embed=False,
-                         agent=AgentConfig(protect_tests=p, prefer_changes=p)) for p in (True, False))
+                         agent=AgentConfig(protect_tests=p, prefer_changes=p, tests_on_write=p))
+               for p in (True, False))
     searching = {name for name, info in STRATEGIES.items() if info.searches}
     assert searching == {"search", "reflect_search", "best_of_n_search"}
     for name in STRATEGIES:  # recorded where it applies; elsewhere as before it existed, so older traces match
-        for setting in ("protect_tests", "prefer_changes"):
+        for setting in ("protect_tests", "prefer_changes", "tests_on_write"):
             assert on.agent_for(spec, name).dump().get(setting) is (True if name in searching else None)
             assert setting not in off.agent_for(spec, name).dump()
 

@@ -142,6 +142,24 @@ def test_prefer_changes_breaks_a_tie_at_the_same_check_for_the_write(ws: Workspa
     assert (Path(ws.root) / TARGET).read_text() == (same if prefer else TASK.files[TARGET])
 
 
+@pytest.mark.parametrize("on", [False, True])
+def test_tests_on_write_shows_the_tests_with_the_write(ws: Workspace, on: bool) -> None:
+    model = Model([write(HALF)], [write(FIXED)])
+    ep = search(ws, 1, max_steps=2, tests_on_write=on)
+    ep.run(Asker(model.many))
+    result = next(s for s in ep.steps if s.type == "tool_result")
+    shown = ep.exchanges[0].answer
+    assert shown is not None and isinstance(shown["content"], str)
+    if on:
+        assert "The visible tests, run on it:" in result.text and "Tests FAILED" in result.text
+        assert result.tests is not None and result.tests["passed"] is False and result.tests["at"]
+        assert "Fix the failing code with write_file." in shown["content"]  # not "Now run_tests"
+    else:
+        assert "visible tests" not in result.text and result.tests is None
+        assert "Now run_tests to check your change." in shown["content"]
+    assert ep.exit_reason == "submitted"  # FIXED passes on its scratch copy either way
+
+
 CHEAT = "print('All tests passed.')\n"
 
 

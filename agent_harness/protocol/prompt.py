@@ -175,7 +175,8 @@ def next_step(tool: str | None, tests_passed: bool | None = None, native: bool =
     """The reminder shown after an observation: the reply format, plus the usual next step
     (`tests_passed`: the result of the test run the observation shows, None when it shows none;
     `native`: in the native tool protocol's words; `submit`: and the submit tool finishes)."""
-    key = "run_tests passed" if tool == "run_tests" and tests_passed else tool
+    tested = tool == "run_tests" or (tool in ("write_file", "edit_file") and tests_passed is not None)
+    key = ("run_tests passed" if tests_passed else "run_tests") if tested else tool
     hints = (SUBMIT_NEXT_STEP if submit else NATIVE_NEXT_STEP) if native else NEXT_STEP
     hint, reminder = hints.get(key or ""), reminder_for(native, submit)
     return f"{hint} {reminder}" if hint else reminder

@@ -197,6 +197,9 @@ class AgentConfig:
     prefer_changes: bool = setting(False, "helper on: search ranks a candidate that changes a file above one that "
                                    "changes none when the tests fail at the same check (by default the lower "
                                    "candidate number wins the tie)", sets=True, added=False)
+    tests_on_write: bool = setting(False, "helper on: search shows the visible tests' result (its scratch copy's) "
+                                   "with a write's observation, so no turn goes to run_tests after it", sets=True,
+                                   added=False)
     opening_candidates: int = setting(16, "best-of-n-search: programs sampled at once in its best-of-n phase "
                                       "(--candidates: per turn of its search phase)", type=int, metavar="N",
                                       added=16)
@@ -261,7 +264,8 @@ class AgentConfig:
         return cls(**{**added_values(cls), **given})
 
 
-SEARCH_ONLY = ("protect_tests", "prefer_changes")  # settings only search reads: other strategies record them as before
+# Settings only search reads: the other strategies record them as before they existed.
+SEARCH_ONLY = ("protect_tests", "prefer_changes", "tests_on_write")
 
 
 DRAFTS = ("chat", "bigcode")

@@ -212,10 +212,11 @@ def tool_facts(ws: Workspace, steps: Sequence[Step], tool: str | None, args: Map
         return Facts(obs)  # the write did not happen
     ledger = _Ledger(steps)
     record = write_record(ledger, rel, data, result.changed)
+    tests = test_record(result)  # a write that ran the tests too (search's tests_on_write)
     if not (notes and is_stale(record)):
-        return Facts(obs, file=record)
+        return Facts(obs, file=record, tests=tests)
     passing = not record["changed"] and ledger.passing()
-    return Facts(stale_observation(ledger, record, obs), file=record, stale=None if passing else True)
+    return Facts(stale_observation(ledger, record, obs), file=record, tests=tests, stale=None if passing else True)
 
 
 # --------------------------------------------------------------------------------------------

@@ -112,8 +112,18 @@ class SearchEpisode(Episode):
         return self._chosen or super().gen_params()
 
     def _execute(self, tool: str, args: dict[str, Any]) -> ToolOutput:
+        """The tool's result; a refused write (`_refusal`) an ERROR; with `tests_on_write`, a write that changed
+        a file shows the visible tests' run on it (the chosen candidate's trial: the same files)."""
         refusal = self._refusal(tool, args)
-        return ToolOutput.fault(ToolError(refusal)) if refusal else super()._execute(tool, args)
+        if refusal:
+            return ToolOutput.fault(ToolError(refusal))
+        result = super()._execute(tool, args)
+        now = self._now
+        if not (self.config.tests_on_write and tool in WRITES and result.error is None and result.changed
+                and now is not None and now.changed):
+            return result
+        return replace(result, text=f"{result.text}\n\nThe visible tests, run on it:\n{now.result.text}",
+                       tests_passed=now.result.tests_passed, failing_check=now.result.failing_check)
 
     def _refusal(self, tool: str | None, args: dict[str, Any]) -> str | None:
         """Why the call may not run (`protect_tests`: it writes one of the task's test files), else None."""

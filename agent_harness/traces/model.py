@@ -162,6 +162,8 @@ class AgentInfo(_Part):
     prefer_changes: bool | None = _omit_unset(description="search: true when a candidate that changed a file "
                                               "ranked above one that changed none at the same failing check; "
                                               "absent: the lower candidate number won.")
+    tests_on_write: bool | None = _omit_unset(description="search: true when a write that changed a file showed "
+                                              "the visible tests' result with its observation; absent: it did not.")
     action_space: Literal["tools", "edit", "bash"] | None = _omit_unset(
         description="The tool agent's tools: edit adds edit_file (replace one exact span), bash gives run_cmd "
         "alone; absent: tools (read_file, write_file, run_tests, ...).")

@@ -280,7 +280,8 @@ def test_timeout_is_retried(tmp_path: Path, server: FakeServer) -> None:
     server.script = slow_once
     backend = load_backend(registry_spec(tmp_path, server.base_url, timeout_s=0.2))
     [c] = complete_all(backend, [conv("hi")], GenParams(max_tokens=5))
-    assert c.text == "echo: hi" and len(server.requests) == 2
+    # on a loaded machine the first retry can time out too: at most max_retries (3) follow the first
+    assert c.text == "echo: hi" and 2 <= len(server.requests) <= 4
 
 
 def test_stops_sent_first_four_and_cut_client_side(tmp_path: Path, server: FakeServer) -> None:

@@ -67,7 +67,7 @@ def test_workspaces_of_a_killed_run_are_removed_by_the_next(tmp_path: Path) -> N
             with contextlib.suppress(psutil.Error):
                 p.kill()
     left = leftovers(tmp)
-    assert len([n for n in left if n.startswith("agent-harness-ws-")]) == 3, left  # what the kill leaves
+    assert len([n for n in left if n.startswith("agent-harness-ws-")]) >= 3, left  # what the kill leaves
     assert all(f".{proc.pid}." in n for n in left), left
 
     script.write_text(json.dumps("THOUGHT: done\nFINAL: done") + "\n")  # same path: same configuration

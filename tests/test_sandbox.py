@@ -234,7 +234,9 @@ def test_harness_files_are_invisible(ws: Workspace, mode: str) -> None:
     if mode == "rlimit":
         pytest.skip("the rlimit fallback cannot hide world-readable host files such as the repo")
     out = run(ws, f"cat {REPO / 'pyproject.toml'}; ls /work {REPO}; ls /; ls /usr/local")
-    assert "agent-harness" not in out and "[project]" not in out
+    # the error lines name the paths asked for; a checkout whose path says "agent-harness" is no leak
+    assert f"{REPO}: No such file or directory" in out.replace("'", "")
+    assert "agent-harness" not in out.replace(str(REPO), "<repo>") and "[project]" not in out
     shown = out.split("stdout:")[1].split("stderr:")[0].split()
     assert "work" not in shown and "root" not in shown and "home" not in shown
     alive(ws)
@@ -347,8 +349,9 @@ def test_sleep_hits_wall_timeout(ws: Workspace) -> None:
         res = short.run(["sleep", "1000"])
         assert res.timed_out and res.killed_reason == "timeout" and res.returncode == 137
         assert time.monotonic() - start < 4
-        obs = run(short, "sleep 1000")
-        assert obs == "exit code: 137 (killed: it ran longer than 1 seconds)\n(no output)"
+        obs = run(short, "sleep 1000")  # the shell may report the kill of its child before its own
+        assert obs in ("exit code: 137 (killed: it ran longer than 1 seconds)\n(no output)",
+                       "exit code: 137 (killed: it ran longer than 1 seconds)\nstderr:\nKilled")
     alive(ws)
 
 

@@ -79,8 +79,9 @@ class RunConfig:
 
     def agent_for(self, spec: ModelSpec, strategy: str) -> AgentConfig:
         """The agent settings `spec`'s episodes of `strategy` run with: --protocol, else the model's preferred
-        protocol, for a strategy that calls tools; text (and no tool choice) for one that calls none. Test files
-        are protected by search only: the others record the setting as before it existed."""
+        protocol, for a strategy that calls tools; text (and no tool choice) for one that calls none. The settings
+        only search reads (SEARCH_ONLY) are kept for a searching strategy; the others record them as before
+        they existed, so their fingerprints do not change with them."""
         info = STRATEGIES[strategy]
         added = added_values(AgentConfig)
         agent = self.agent if info.searches else replace(self.agent, **{k: added[k] for k in SEARCH_ONLY})

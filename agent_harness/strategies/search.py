@@ -9,11 +9,12 @@ pass by rewriting them); an action that changes no file (a read, a FINAL) keeps 
 The turn continues from the best candidate: passing, else the one whose failing check is furthest down
 the test file, else the first; a reply with no usable action ranks last, as does a write to one of the task's
 test files (`protect_tests`: search keeps them as given, and refuses such a write in the workspace too, telling
-the model to fix the code they test). The first candidate that passes
-stops the search: its action is taken in the workspace and the episode ends, submitted. After a stale
-write (the file left as it was, or a version that failed before) the conversation begins again from the
-task, the files as given (`search_restart`: react's `--restart-after 1`). Each candidate
-is a `candidate` step; the chosen reply then makes the turn's steps as a react reply does. The token
+the model to fix the code they test). Opt-in: `prefer_changes` breaks a tie at the same failing check for a
+candidate that changed a file; `tests_on_write` shows a write the visible tests' result from its scratch copy.
+The first candidate that passes stops the search: its action is taken in the workspace and the episode
+ends, submitted. After a stale write (the file left as it was, or a version that failed before) the
+conversation begins again from the task, the files as given (`search_restart`: react's `--restart-after 1`).
+Each candidate is a `candidate` step; the chosen reply then makes the turn's steps as a react reply does. The token
 budget counts the conversation continued (the chosen replies); the trace's totals count every candidate.
 """
 

@@ -194,18 +194,14 @@ def served(model: str, args: argparse.Namespace) -> Iterator[Path]:
 def defaults_digest(cfg: Config) -> str:
     """A digest of the settings `cfg`'s flags leave to the harness (the agent's and reflect's defaults, as its
     strategy records them): a changed default makes a finished run resume instead of being skipped."""
-    from dataclasses import replace
-
     from agent_harness.run.episodes import STRATEGIES, default_strategy
     from agent_harness.scenarios import get_scenario
-    from agent_harness.strategies.config import SEARCH_ONLY, AgentConfig, ReflectConfig, added_values
+    from agent_harness.strategies.config import AgentConfig, ReflectConfig
 
     args = list(cfg.args)
     name = args[args.index("--agent") + 1].replace("-", "_") if "--agent" in args else \
         default_strategy(get_scenario("humanevalfix"), ReflectConfig()).name
-    agent = AgentConfig()
-    if not STRATEGIES[name].searches:
-        agent = replace(agent, **{k: added_values(AgentConfig)[k] for k in SEARCH_ONLY})
+    agent = AgentConfig() if STRATEGIES[name].searches else AgentConfig().unsearched()
     data = {"strategy": name, "agent": agent.dump(), "reflect": ReflectConfig().record()}
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 

@@ -81,7 +81,7 @@ class StrategyInfo:
     needs: tuple[Need, ...] = ()  # react: none, the tool agent works on every scenario
     reflects: bool = False  # runs the reflect loop: ReflectConfig (--iters, --reflect-draft) applies
     uses_tools: bool = False  # runs the tool agent: --protocol applies
-    searches: bool = False  # runs the tool agent's search: --no-protect-tests applies
+    searches: bool = False  # runs the tool agent's search: the SEARCH_ONLY settings apply
 
     @property
     def flag(self) -> str:

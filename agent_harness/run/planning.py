@@ -17,7 +17,7 @@ from ..errors import ConfigError
 from ..registry import ModelSpec
 from ..sandbox import safewrite
 from ..scenarios import Scenario, TaskQuery, get_scenario
-from ..strategies.config import SEARCH_ONLY, AgentConfig, ReflectConfig, added_values
+from ..strategies.config import AgentConfig, ReflectConfig
 from ..strategies.single_shot import recipe_record
 from ..traces.files import trace_paths
 from ..traces.store import resume_status, set_aside, task_slugs, trace_path
@@ -83,8 +83,7 @@ class RunConfig:
         only search reads (SEARCH_ONLY) are kept for a searching strategy; the others record them as before
         they existed, so their fingerprints do not change with them."""
         info = STRATEGIES[strategy]
-        added = added_values(AgentConfig)
-        agent = self.agent if info.searches else replace(self.agent, **{k: added[k] for k in SEARCH_ONLY})
+        agent = self.agent if info.searches else self.agent.unsearched()
         if not info.uses_tools:
             return replace(agent, protocol="text", tool_choice="auto")
         return replace(agent, protocol=agent.protocol or spec.protocol)

@@ -240,6 +240,11 @@ class AgentConfig:
         if not 0.0 <= self.search_temperature <= 2.0:
             raise ConfigError(f"--search-temperature must be between 0 and 2, got {self.search_temperature}")
 
+    def unsearched(self) -> AgentConfig:
+        """These settings as a strategy that does not search records them: SEARCH_ONLY as before they existed."""
+        added = added_values(AgentConfig)
+        return replace(self, **{k: added[k] for k in SEARCH_ONLY})
+
     @property
     def forced_calls(self) -> bool:
         """Native with tool_choice required: every reply is a call (its start prefilled); submit finishes."""

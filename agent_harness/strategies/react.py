@@ -46,6 +46,7 @@ from . import history
 from .config import AgentConfig
 from .demo import demo_messages
 from .episode import Ask, EpisodeState
+from .scratch import is_test_file
 
 if TYPE_CHECKING:
     from ..traces.model import Trace
@@ -60,7 +61,7 @@ REPEATED_CALL = "You made exactly the same call twice in a row. Its result has n
 
 def example_file(task: Task) -> str | None:
     """A file of the task to use in the prompt's examples: the first one that is not a test."""
-    return next((f for f in task.files if not any(p.startswith("test") for p in f.split("/"))), None)
+    return next((f for f in task.files if not is_test_file(f)), None)
 
 
 @dataclass

@@ -116,6 +116,7 @@ CONFIGS: dict[str, Config] = {
     "best-of-n-search-changes": Config(("--agent", "best-of-n-search", "--prefer-changes")),
     "best-of-n-search-tests-on-write": Config(("--agent", "best-of-n-search", "--tests-on-write")),
     "best-of-n-search-unprotected": Config(("--agent", "best-of-n-search", "--no-protect-tests")),  # before the helper
+    "best-of-n-search-values": Config(("--agent", "best-of-n-search", "--show-values")),
     "best-of-n-k8": Config(("--agent", "best-of-n", "--candidates", "8")),
     "best-of-n-k1": Config(("--agent", "best-of-n", "--candidates", "1")),
     "search-k4-no-restart": Config(("--agent", "search", "--candidates", "4", "--no-search-restart")),

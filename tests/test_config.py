@@ -63,10 +63,11 @@ def test_each_setting_has_one_flag_and_no_flag_keeps_the_defaults(config: type) 
     flagged = list(settings(config))
     paths = [s.path for s in flagged]
     assert len(set(paths)) == len(paths) and len({s.flag for s in flagged}) == len(flagged)
-    if config is AgentConfig:  # every field is a setting; tool_options through its two switches
+    if config is AgentConfig:  # every field is a setting; tool_options through its three switches
         assert {p[0] for p in paths} == {f.name for f in fields(AgentConfig)}
         assert [p for p in paths if p[0] == "tool_options"] == [("tool_options", "syntax_check"),
-                                                                ("tool_options", "extract_failure")]
+                                                                ("tool_options", "extract_failure"),
+                                                                ("tool_options", "show_values")]
     else:  # the temperatures schedule and the per-model recipe are no flags
         assert paths == [("iters",), ("draft",)]
     helps = run_parser().format_help()

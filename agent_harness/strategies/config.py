@@ -96,6 +96,12 @@ def added_values(config: type) -> dict[str, Any]:
             if (s := f.metadata.get(SETTING)) is not None and s.added is not NOT_ADDED}
 
 
+def added_parts(config: type, name: str) -> dict[str, Any]:
+    """`added_values` of the nested config in field `name` (AgentConfig.tool_options)."""
+    parts = next(f for f in fields(config) if f.name == name).metadata.get(PARTS, {})
+    return {k: s.added for k, s in parts.items() if s.added is not NOT_ADDED}
+
+
 C = TypeVar("C", bound="DataclassInstance")
 
 
@@ -211,6 +217,9 @@ class AgentConfig:
         "syntax_check": Setting("helper off: syntax check of written .py", flag="no-syntax-check", sets=False),
         "extract_failure": Setting("helper off: failing line from test output", flag="no-failure-extract",
                                    sets=False),
+        "show_values": Setting("helper on: run_tests of a Python test script shows what the operands of a "
+                               "failing assert held (`candidate(3) = 5`), evaluated again in the failing frame",
+                               sets=True, added=False),
     }})
 
     def __post_init__(self) -> None:
@@ -256,6 +265,8 @@ class AgentConfig:
         added = added_values(AgentConfig)
         # unresolved (no --protocol; RunConfig.agent_for resolves it per model) is recorded as the default
         values = asdict(self) | {"protocol": self.protocol or "text"}
+        later = added_parts(AgentConfig, "tool_options")
+        values["tool_options"] = {k: v for k, v in values["tool_options"].items() if later.get(k, NOT_ADDED) != v}
         return {k: v for k, v in values.items() if added.get(k, NOT_ADDED) != v}
 
     @classmethod
@@ -265,7 +276,7 @@ class AgentConfig:
         names = {f.name for f in fields(cls)}
         given = {k: v for k, v in data.items() if k in names}
         if isinstance(given.get("tool_options"), dict):
-            given["tool_options"] = ToolOptions(**given["tool_options"])
+            given["tool_options"] = ToolOptions(**{**added_parts(cls, "tool_options"), **given["tool_options"]})
         return cls(**{**added_values(cls), **given})
 
 

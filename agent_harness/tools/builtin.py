@@ -30,6 +30,8 @@ from .result import ToolResult
 MAX_ARG_BYTES = 32 * 4096 - 1
 MAX_ARGV_BYTES = 1 << 19
 GREP_SCRIPT = Path(__file__).with_name("grep_main.py").read_text(encoding="utf-8")
+VALUES_SCRIPT = Path(__file__).with_name("values_main.py").read_text(encoding="utf-8")
+PYTHONS = frozenset({"python", "python3", "python3.11"})
 
 
 # --------------------------------------------------------------------------------------------
@@ -80,6 +82,15 @@ def _cmd_observation(res: CmdResult, ws: Workspace, opts: ToolOptions) -> str:
     if not out and not err:
         parts.append("(no output)")
     return "\n".join(parts)
+
+
+def _with_values(cmd: list[str]) -> list[str]:
+    """`python3 script.py ...` run through values_main.py (a failing assert shows its operands' values);
+    any other command as it is."""
+    if len(cmd) >= 2 and os.path.basename(cmd[0]) in PYTHONS and cmd[1].endswith(".py") and \
+            not cmd[1].startswith("-"):
+        return [cmd[0], "-c", VALUES_SCRIPT, *cmd[1:]]
+    return cmd
 
 
 # --------------------------------------------------------------------------------------------
@@ -250,7 +261,7 @@ def grep(ws: Workspace, opts: ToolOptions, pattern: Annotated[str, "Python regul
 def run_tests(ws: Workspace, opts: ToolOptions) -> ToolResult:
     """Run the tests and show the result."""
     cmd = ws.test_cmd or []
-    res = ws.run(cmd, timeout=_timeout(ws, opts))
+    res = ws.run(_with_values(cmd) if opts.show_values else cmd, timeout=_timeout(ws, opts))
     note = _kill_note(res, ws, _timeout(ws, opts))
     status = "Tests PASSED." if res.ok else f"Tests FAILED (exit code {res.returncode}){note}."
     both = res.stdout + ("\n" if res.stdout and res.stderr else "") + res.stderr

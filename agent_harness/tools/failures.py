@@ -16,6 +16,8 @@ _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<
 _UNITTEST_HEAD = re.compile(r"^(?:FAIL|ERROR): \S.*$")
 _PYTEST_LOC = re.compile(r"^(?P<file>\S+\.py):(?P<line>\d+): \w+")
 _MAX_LINE = 300
+VALUES_HEADER = "Values in the failing assert:"  # values_main.py's; its lines follow, two spaces in
+MAX_VALUES = 4
 MAX_POINT = 200  # characters of a failing line kept by `failure_point`
 MAX_STATEMENT_LINES = 40  # a failing check read whole from its file: at most this many lines
 MAX_STATEMENT_CHARS = 4000  # ... and characters
@@ -103,6 +105,7 @@ class Failure:
     check: Frame | None  # the failing check; its code whole on one line when the file could be read
     raised: Frame | None  # where the error was raised, when that is elsewhere and not library code
     error: str  # the exception line
+    values: tuple[str, ...] = ()  # `--show-values`: "expr = value" of the failing assert's operands
 
     def summary(self, check: str | None = None) -> str | None:
         """The lines shown to the model; `check` replaces the failing-check line."""
@@ -111,6 +114,7 @@ class Failure:
         out = [cut(f"Failing test: {self.test}")] if self.test else []
         if (c := self.check) is not None:
             out.append(check if check is not None else cut(f"Failing check: {c.code}  ({c.file}, line {c.line})"))
+        out += [cut(f"Value: {v}") for v in self.values]
         if (r := self.raised) is not None:
             out.append(cut(f"Raised at: {r.code}  ({r.file}, line {r.line})"))
         if self.error:
@@ -147,7 +151,20 @@ def find_failure(output: str, read: Callable[[str], str | None] | None = None) -
         whole = whole_statement(source, check.line) if source is not None else None
         one = _one_line(whole) if whole else ""
         check = replace(check, code=one) if one.startswith(check.code) else check
-    return Failure(test, check if check is not None and check.code else None, raised, exc)
+    return Failure(test, check if check is not None and check.code else None, raised, exc, _values(lines))
+
+
+def _values(lines: list[str]) -> tuple[str, ...]:
+    """The lines values_main.py printed after the last VALUES_HEADER."""
+    at = max((i for i, ln in enumerate(lines) if ln.strip() == VALUES_HEADER), default=None)
+    if at is None:
+        return ()
+    out: list[str] = []
+    for ln in lines[at + 1:at + 1 + MAX_VALUES]:
+        if not ln.startswith("  ") or not ln.strip():
+            break
+        out.append(ln.strip())
+    return tuple(out)
 
 
 def failure_summary(output: str, read: Callable[[str], str | None] | None = None) -> str | None:

@@ -24,6 +24,7 @@ class ToolOptions:
 
     syntax_check: bool = True  # after write_file of a .py file, report a SyntaxError and its line
     extract_failure: bool = True  # put the failing check of a test run at the top of the observation
+    show_values: bool = False  # run_tests of a Python script: a failing assert shows its operands' values
     max_output_chars: int = 3000  # command output shown (head and tail kept)
     max_read_chars: int = 8000  # file text shown by read_file
     max_list_entries: int = 200

@@ -203,7 +203,7 @@ def initial_test_note(result: ToolResult) -> str:
     if result.tests_passed:
         return "\n\nThe tests pass now."
     if result.failing_check:
-        return f"\n\nThe tests fail now at:\n{result.failing_check}"
+        return f"\n\nThe tests fail now at:\n{result.failing_check}" + "".join(f"\n{v}" for v in result.values)
     return f"\n\nThe tests fail now:\n{truncate(result.text, INITIAL_TEST_CHARS)}"
 
 

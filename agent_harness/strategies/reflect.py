@@ -67,9 +67,11 @@ def _whole_statement(files: dict[str, str], rel: str, line: int) -> str | None:
     return text if text and len(text) <= MAX_FAILURE_CHARS else None
 
 
-def _failure(obs: str, files: dict[str, str]) -> str:
-    """The failing check of a test run, in a few lines; else the run's status and output tail."""
+def _failure(obs: str, files: dict[str, str], values: bool) -> str:
+    """The failing check of a test run, in a few lines (with its values when `values`: --show-values);
+    else the run's status and output tail."""
     failure = find_failure(obs)
+    failure = replace(failure, values=()) if failure and not values else failure
     found = failure.summary() if failure else None
     if failure and (c := failure.check):
         whole = _whole_statement(files, c.file, c.line)
@@ -203,7 +205,7 @@ class ReflectEpisode(EpisodeState):
         obs = result.text
         if result.tests_passed:
             return "passed", "The tests passed.", obs
-        failure = _failure(obs, self.task.files)
+        failure = _failure(obs, self.task.files, self.tool_options.show_values)
         self._tried[key] = (attempt, failure, True)
         unchanged = " This is the original code, unchanged: the bug is still in it." if key == self._original else ""
         return "failed", f"Your code fails the tests.{unchanged} The failing check:\n{failure}", obs

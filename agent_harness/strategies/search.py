@@ -124,7 +124,8 @@ class SearchEpisode(Episode):
                 and now is not None and now.changed):
             return result
         return replace(result, text=f"{result.text}\n\nThe visible tests, run on it:\n{now.result.text}",
-                       tests_passed=now.result.tests_passed, failing_check=now.result.failing_check)
+                       tests_passed=now.result.tests_passed, failing_check=now.result.failing_check,
+                       values=now.result.values)
 
     def _refusal(self, tool: str | None, args: dict[str, Any]) -> str | None:
         """Why the call may not run (`protect_tests`: it writes one of the task's test files), else None."""

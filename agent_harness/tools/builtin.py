@@ -13,6 +13,7 @@ import functools
 import os
 import shlex
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -61,8 +62,10 @@ def _reader(ws: Workspace) -> Callable[[str], str | None]:
     return text_of
 
 
-def _failure(res: CmdResult, read: Callable[[str], str | None]) -> Failure | None:
-    return None if res.ok else find_failure(res.stdout + "\n" + res.stderr, read)
+def _failure(res: CmdResult, read: Callable[[str], str | None], values: bool = False) -> Failure | None:
+    """The failing check of a failed run; its values (values_main.py's lines) only when `values` asked for them."""
+    found = None if res.ok else find_failure(res.stdout + "\n" + res.stderr, read)
+    return found if found is None or values else replace(found, values=())
 
 
 def _summary(found: Failure | None) -> list[str]:
@@ -266,10 +269,10 @@ def run_tests(ws: Workspace, opts: ToolOptions) -> ToolResult:
     status = "Tests PASSED." if res.ok else f"Tests FAILED (exit code {res.returncode}){note}."
     both = res.stdout + ("\n" if res.stdout and res.stderr else "") + res.stderr
     output = truncate(strip_timings(both).rstrip("\n"), opts.max_output_chars)
-    found = _failure(res, _reader(ws))  # read once: the summary shown and the step's failing check
+    found = _failure(res, _reader(ws), opts.show_values)  # read once: the summary shown and the failing check
     parts = [*_summary(found if opts.extract_failure else None), f"{status}  $ {shlex.join(cmd)}"]
     if output:
         parts.append(output)
     text = "\n".join(parts)
     at = None if res.ok else failure_point(text, found)
-    return ToolResult(text, tests_passed=res.ok, failing_check=at)
+    return ToolResult(text, tests_passed=res.ok, failing_check=at, values=found.values if found and at else ())

@@ -19,6 +19,7 @@ class ToolResult:
     failing_check: str | None = None  # a failed test run: the line it stopped at (see failures.failure_point)
     changed: bool | None = None  # write_file: the new content differs from what the file held
     error: str | None = None  # the exception type of a refused or faulted call ("ToolError", "OSError", ...)
+    values: tuple[str, ...] = ()  # a failed test run, `show_values`: "expr = value" of the failing assert
 
     @classmethod
     def fault(cls, e: BaseException, hide: tuple[str, ...] = ()) -> ToolResult:
@@ -30,4 +31,5 @@ class ToolResult:
     def safe(self) -> ToolResult:
         """The result with lone surrogates replaced in its texts (see text.safe_text)."""
         check = None if self.failing_check is None else safe_text(self.failing_check)
-        return replace(self, text=safe_text(self.text), failing_check=check)
+        return replace(self, text=safe_text(self.text), failing_check=check,
+                       values=tuple(safe_text(v) for v in self.values))

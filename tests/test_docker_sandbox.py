@@ -112,6 +112,17 @@ def test_one_container_per_episode_that_each_command_finds_as_bubblewrap_leaves_
     assert containers() == []
 
 
+def test_show_values_runs_its_script_in_the_container(docker_env: None) -> None:
+    """--show-values' script runs with the image's Python: the failing assert's values come back."""
+    from agent_harness.tools import ToolOptions, run_tool
+
+    files = {"m.py": "def f(x):\n    return x + 1\n", "test_m.py": "from m import f\nassert f(1) == 3\n"}
+    with Workspace.create(files, test_cmd=["python3", "test_m.py"], limits=FAST) as ws:
+        assert ws.sandbox == "docker"
+        result = run_tool(ws, "run_tests", {}, ToolOptions(show_values=True))
+    assert result.tests_passed is False and result.values == ("f(1) = 2",), result.text
+
+
 def test_a_container_removed_from_outside_is_replaced(docker_env: None) -> None:
     with Workspace.create({"a.py": ""}, limits=FAST) as ws:
         assert ws.run(["true"]).ok

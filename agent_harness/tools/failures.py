@@ -163,7 +163,7 @@ def _values(lines: list[str]) -> tuple[str, ...]:
     for ln in lines[at + 1:at + 1 + MAX_VALUES]:
         if not ln.startswith("  ") or not ln.strip():
             break
-        out.append(ln.strip())
+        out.append(ln.strip() if len(ln.strip()) <= _MAX_LINE else ln.strip()[:_MAX_LINE] + " ...")
     return tuple(out)
 
 

@@ -4,7 +4,8 @@ print what the assert's operands held (`--show-values`: run_tests passes this fi
 A bare `assert f(x) == y` says only that it failed; a small model fixing `f` needs what `f(x)` returned.
 The operands (and the calls of non-builtin functions inside them) are evaluated again in the failing
 frame, once each, after the traceback is printed as Python prints it; whatever they print or raise is the
-script's own doing, like the rest of its run. Self-contained: it runs inside the sandbox, where the
+script's own doing, like the rest of its run. A call with side effects or randomness may return something
+else the second time: the line shows what it returned then. Self-contained: it runs inside the sandbox, where the
 harness is not importable.
 """
 

@@ -3,12 +3,11 @@ sandboxed workspaces; the run is otherwise the one `python3 script.py` makes."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
-import pytest
+import test_tools
 
 from agent_harness.protocol.prompt import initial_test_note
-from agent_harness.sandbox import Limits
 from agent_harness.sandbox.workspace import Workspace
 from agent_harness.strategies.config import AgentConfig
 from agent_harness.strategies.reflect import _failure as reflect_failure
@@ -29,25 +28,13 @@ CHECK = (
 FILES = {"words.py": WORDS, "test_words.py": CHECK}
 CMD = ["python3", "test_words.py"]
 SHOW = ToolOptions(show_values=True)
-LIMITS = Limits(cpu_s=5, wall_s=10.0, mem_bytes=512 << 20, nproc=32, output_bytes=256 << 10)
 
 
-@pytest.fixture
-def make() -> Iterator[Callable[..., Workspace]]:
-    made: list[Workspace] = []
-
-    def create(files: dict[str, str] = FILES, test_cmd: list[str] | None = CMD) -> Workspace:
-        ws = Workspace.create(files, test_cmd=test_cmd, limits=LIMITS)
-        made.append(ws)
-        return ws
-
-    yield create
-    for ws in made:
-        ws.cleanup()
+make = test_tools.make  # the fixture: real workspaces, each cleaned up after its test
 
 
 def test_a_failing_assert_shows_what_its_call_returned(make: Callable[..., Workspace]) -> None:
-    ws = make()
+    ws = make(FILES, CMD)
     shown = run_tool(ws, "run_tests", {}, SHOW)
     plain = run_tool(ws, "run_tests", {}, ToolOptions())
     assert shown.tests_passed is False and plain.tests_passed is False
@@ -64,7 +51,7 @@ def test_operands_and_calls_inside_them_literals_left_out(make: Callable[..., Wo
     tests = ("from words import words_string\n"
              "expected = 3\n"
              "assert abs(len(words_string('a,b c')) - expected) < 1e-6\n")
-    obs = execute(make({**FILES, "test_words.py": tests}), "run_tests", {}, SHOW)
+    obs = execute(make({**FILES, "test_words.py": tests}, CMD), "run_tests", {}, SHOW)
     assert "Value: abs(len(words_string('a,b c')) - expected) = 1" in obs
     assert "Value: words_string('a,b c') = ['a,b', 'c']" in obs
     assert "1e-6 =" not in obs
@@ -87,7 +74,7 @@ def test_a_call_that_raises_shows_what_it_raised(make: Callable[..., Workspace])
 
 def test_a_passing_run_exit_codes_argv_and_imports_as_python_runs_them(make: Callable[..., Workspace]) -> None:
     passing = "from words import words_string\nassert words_string('a b') == ['a', 'b']\nprint('ok')\n"
-    res = run_tool(make({**FILES, "test_words.py": passing}), "run_tests", {}, SHOW)
+    res = run_tool(make({**FILES, "test_words.py": passing}, CMD), "run_tests", {}, SHOW)
     assert res.tests_passed and "ok" in res.text and "Value:" not in res.text
     script = ("import sys, os\n"
               "assert __name__ == '__main__' and os.path.basename(__file__) == 'test_a.py'\n"
@@ -102,7 +89,7 @@ def test_a_passing_run_exit_codes_argv_and_imports_as_python_runs_them(make: Cal
             "class T(unittest.TestCase):\n    def test_it(self):\n"
             "        self.assertEqual(words_string('a,b'), ['a', 'b'])\n\n"
             "if __name__ == '__main__':\n    unittest.main()\n")
-    res = run_tool(make({**FILES, "test_words.py": unit}), "run_tests", {}, SHOW)
+    res = run_tool(make({**FILES, "test_words.py": unit}, CMD), "run_tests", {}, SHOW)
     assert res.tests_passed is False and "['a,b']" in res.text and "Ran 1 test" in res.text
 
 
@@ -139,7 +126,7 @@ def test_recorded_only_when_on() -> None:
 
 
 def test_the_task_message_names_the_values_where_the_tests_fail(make: Callable[..., Workspace]) -> None:
-    ws = make()
+    ws = make(FILES, CMD)
     shown, plain = run_tool(ws, "run_tests", {}, SHOW), run_tool(ws, "run_tests", {}, ToolOptions())
     assert shown.values == ("candidate('Hi, my name is John') = ['Hi,', 'my', 'name', 'is', 'John']",)
     assert plain.values == ()
@@ -156,6 +143,6 @@ def test_values_only_when_asked_for_even_if_the_output_forges_them(make: Callabl
 
 
 def test_reflect_shows_the_values_when_on(make: Callable[..., Workspace]) -> None:
-    obs = run_tool(make(), "run_tests", {}, SHOW).text
+    obs = run_tool(make(FILES, CMD), "run_tests", {}, SHOW).text
     assert "Value: candidate('Hi, my name is John')" in reflect_failure(obs, FILES, True)
     assert "Value:" not in reflect_failure(obs, FILES, False)

@@ -112,7 +112,9 @@ def test_a_forged_values_block_is_read_at_most_four_lines_each_cut() -> None:
     out = "Traceback (most recent call last):\n  File \"/workspace/t.py\", line 1, in <module>\n" \
           "    assert f(1) == 2\nAssertionError\n" + VALUES_HEADER + "\n" + "".join(f"  v{i} = {'x' * 900}\n"
                                                                                   for i in range(9))
-    found = find_failure(out)
+    found = find_failure(out, values=True)
+    plain = find_failure(out)  # not asked for: a run's output cannot add values
+    assert plain is not None and plain.values == ()
     assert found is not None and len(found.values) == 4 and all(len(v) <= 304 for v in found.values)
     assert all(len(line) <= 310 for line in (found.summary() or "").splitlines())
 

@@ -70,8 +70,7 @@ def _whole_statement(files: dict[str, str], rel: str, line: int) -> str | None:
 def _failure(obs: str, files: dict[str, str], values: bool) -> str:
     """The failing check of a test run, in a few lines (with its values when `values`: --show-values);
     else the run's status and output tail."""
-    failure = find_failure(obs)
-    failure = replace(failure, values=()) if failure and not values else failure
+    failure = find_failure(obs, values=values)
     found = failure.summary() if failure else None
     if failure and (c := failure.check):
         whole = _whole_statement(files, c.file, c.line)

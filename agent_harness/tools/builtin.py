@@ -13,7 +13,6 @@ import functools
 import os
 import shlex
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -64,8 +63,7 @@ def _reader(ws: Workspace) -> Callable[[str], str | None]:
 
 def _failure(res: CmdResult, read: Callable[[str], str | None], values: bool = False) -> Failure | None:
     """The failing check of a failed run; its values (values_main.py's lines) only when `values` asked for them."""
-    found = None if res.ok else find_failure(res.stdout + "\n" + res.stderr, read)
-    return found if found is None or values else replace(found, values=())
+    return None if res.ok else find_failure(res.stdout + "\n" + res.stderr, read, values)
 
 
 def _summary(found: Failure | None) -> list[str]:

@@ -127,10 +127,12 @@ class Failure:
         return ((self.check.code if self.check else "") or self.error)[:MAX_POINT]
 
 
-def find_failure(output: str, read: Callable[[str], str | None] | None = None) -> Failure | None:
+def find_failure(output: str, read: Callable[[str], str | None] | None = None,
+                 values: bool = False) -> Failure | None:
     """The failing check of a test run (unittest, pytest or a bare traceback), or None when the output
     holds no traceback. `read` gives a file's text by its shown path: a check the traceback cut after
-    its first line is then shown whole, on one line."""
+    its first line is then shown whole, on one line. `values`: the run was asked for the failing assert's
+    values (--show-values), so values_main.py's lines are read; otherwise a run's output cannot add them."""
     lines = output.splitlines()
     heads = [i for i, ln in enumerate(lines) if _UNITTEST_HEAD.match(ln)]
     parsed = _traceback(lines, heads[0] if heads else 0) or _pytest(lines)
@@ -151,7 +153,8 @@ def find_failure(output: str, read: Callable[[str], str | None] | None = None) -
         whole = whole_statement(source, check.line) if source is not None else None
         one = _one_line(whole) if whole else ""
         check = replace(check, code=one) if one.startswith(check.code) else check
-    return Failure(test, check if check is not None and check.code else None, raised, exc, _values(lines))
+    shown = _values(lines) if values else ()  # values_main.py's lines: read only when the run was asked for them
+    return Failure(test, check if check is not None and check.code else None, raised, exc, shown)
 
 
 def _values(lines: list[str]) -> tuple[str, ...]:

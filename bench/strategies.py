@@ -117,6 +117,10 @@ CONFIGS: dict[str, Config] = {
     "best-of-n-search-tests-on-write": Config(("--agent", "best-of-n-search", "--tests-on-write")),
     "best-of-n-search-unprotected": Config(("--agent", "best-of-n-search", "--no-protect-tests")),  # before the helper
     "best-of-n-search-values": Config(("--agent", "best-of-n-search", "--show-values")),
+    # the search phase with another action space or worked example (item 3, tried on react alone before)
+    "best-of-n-search-edit": Config(("--agent", "best-of-n-search", "--action-space", "edit")),
+    "best-of-n-search-demo-task": Config(("--agent", "best-of-n-search", "--demo-source", "task")),
+    "best-of-n-search-no-demo": Config(("--agent", "best-of-n-search", "--no-demo")),
     "best-of-n-k8": Config(("--agent", "best-of-n", "--candidates", "8")),
     "best-of-n-k1": Config(("--agent", "best-of-n", "--candidates", "1")),
     "search-k4-no-restart": Config(("--agent", "search", "--candidates", "4", "--no-search-restart")),

@@ -108,6 +108,7 @@ CONFIGS: dict[str, Config] = {
     "single-shot-T0.8-n48": Config(("--agent", "single-shot"), temperature=0.8, samples=48),
     "best-of-n-k4": Config(("--agent", "best-of-n", "--candidates", "4")),
     "best-of-n-k16": Config(("--agent", "best-of-n", "--candidates", "16")),
+    "best-of-n-k32": Config(("--agent", "best-of-n", "--candidates", "32")),  # best-of-n-search's token budget
     "single-shot-T0.8-n16": Config(("--agent", "single-shot"), temperature=0.8, samples=16),  # a third of the time
     # best-of-n (16 programs), then the tool agent's search (4 candidates a turn) where none passes
     "best-of-n-search": Config(("--agent", "best-of-n-search")),

@@ -118,6 +118,8 @@ CONFIGS: dict[str, Config] = {
     "best-of-n-search-tests-on-write": Config(("--agent", "best-of-n-search", "--tests-on-write")),
     "best-of-n-search-unprotected": Config(("--agent", "best-of-n-search", "--no-protect-tests")),  # before the helper
     "best-of-n-search-values": Config(("--agent", "best-of-n-search", "--show-values")),
+    # the chain from 32 programs (best-of-n-k32's samples on the same seeds), the search phase where none passes
+    "best-of-n-search-o32": Config(("--agent", "best-of-n-search", "--opening-candidates", "32")),
     # the search phase with another action space or worked example (item 3, tried on react alone before)
     "best-of-n-search-edit": Config(("--agent", "best-of-n-search", "--action-space", "edit")),
     "best-of-n-search-demo-task": Config(("--agent", "best-of-n-search", "--demo-source", "task")),

@@ -118,8 +118,9 @@ CONFIGS: dict[str, Config] = {
     "best-of-n-search-tests-on-write": Config(("--agent", "best-of-n-search", "--tests-on-write")),
     "best-of-n-search-unprotected": Config(("--agent", "best-of-n-search", "--no-protect-tests")),  # before the helper
     "best-of-n-search-values": Config(("--agent", "best-of-n-search", "--show-values")),
-    # the chain from 32 programs (best-of-n-k32's samples on the same seeds), the search phase where none passes
+    # the chain from 32 programs (best-of-n-k32's samples on the same seeds; the default since 2026-11-30), from 16
     "best-of-n-search-o32": Config(("--agent", "best-of-n-search", "--opening-candidates", "32")),
+    "best-of-n-search-o16": Config(("--agent", "best-of-n-search", "--opening-candidates", "16")),  # default to 11-30
     # the search phase with another action space or worked example (item 3, tried on react alone before)
     "best-of-n-search-edit": Config(("--agent", "best-of-n-search", "--action-space", "edit")),
     "best-of-n-search-demo-task": Config(("--agent", "best-of-n-search", "--demo-source", "task")),
@@ -209,7 +210,7 @@ def defaults_digest(cfg: Config) -> str:
     args = list(cfg.args)
     name = args[args.index("--agent") + 1].replace("-", "_") if "--agent" in args else \
         default_strategy(get_scenario("humanevalfix"), ReflectConfig()).name
-    agent = AgentConfig() if STRATEGIES[name].searches else AgentConfig().unsearched()
+    agent = STRATEGIES[name].recorded(AgentConfig())
     data = {"strategy": name, "agent": agent.dump(), "reflect": ReflectConfig().record()}
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 

@@ -130,8 +130,7 @@ def test_the_dump_is_the_trace_header_and_the_fingerprint_input(path: Path) -> N
     trace = json.loads(path.read_text())
     header = {k: v for k, v in trace["agent"].items() if k not in ("mode", "strategy", "concurrency", "reflect",
                                                                    "single_shot", "search")}
-    searches = STRATEGIES[trace["agent"]["strategy"]].searches  # elsewhere recorded as before it existed
-    want = AgentConfig(protocol=trace["agent"].get("protocol"), protect_tests=searches).dump()
+    want = STRATEGIES[trace["agent"]["strategy"]].recorded(AgentConfig(protocol=trace["agent"].get("protocol"))).dump()
     assert header == trace["fingerprint"]["config"]["agent"] == json.loads(json.dumps(want))
 
 
@@ -178,6 +177,17 @@ def test_the_search_settings_are_recorded_where_search_runs_only() -> None:
         for setting in ("protect_tests", "prefer_changes", "tests_on_write"):
             assert on.agent_for(spec, name).dump().get(setting) is (True if name in searching else None)
             assert setting not in off.agent_for(spec, name).dump()
+
+
+def test_the_opening_size_is_recorded_by_the_chain_that_opens_with_best_of_n_only() -> None:
+    [spec] = load_registry(ROOT / "models.yaml").resolve("oracle")
+    opening = {name for name, info in STRATEGIES.items() if info.opens}
+    assert opening == {"best_of_n_search"}
+    for n, before in ((32, False), (16, True)):  # 16 is the value from before the setting existed
+        config = RunConfig(models=[spec], out=Path("unused"), embed=False, agent=AgentConfig(opening_candidates=n))
+        for name in STRATEGIES:  # react's or search's fingerprint stays as it was when the chain's default moves
+            recorded = config.agent_for(spec, name).dump().get("opening_candidates")
+            assert recorded == (None if before or name not in opening else n), (name, n)
 
 
 def _config_of(trace: dict[str, Any], strategy: str | None) -> tuple[RunConfig, Any]:

@@ -82,6 +82,11 @@ class StrategyInfo:
     reflects: bool = False  # runs the reflect loop: ReflectConfig (--iters, --reflect-draft) applies
     uses_tools: bool = False  # runs the tool agent: --protocol applies
     searches: bool = False  # runs the tool agent's search: the SEARCH_ONLY settings apply
+    opens: bool = False  # opens with best-of-n (--opening-candidates): the OPENING_ONLY settings apply
+
+    def recorded(self, agent: AgentConfig) -> AgentConfig:
+        """`agent` as this strategy's traces record it (the settings it never reads as before they existed)."""
+        return agent.recorded(self.searches, self.opens)
 
     @property
     def flag(self) -> str:
@@ -183,7 +188,7 @@ STRATEGIES: dict[str, StrategyInfo] = {s.name: s for s in (
                  (CALIBRATED,)),
     StrategyInfo("best_of_n_search", _best_of_n_search, "best-of-n (--opening-candidates programs); when none "
                  "passes, the tool agent's search (--handoff: from the files as given or best-of-n's best)",
-                 "-best_of_n_search", (CALIBRATED,), uses_tools=True, searches=True),
+                 "-best_of_n_search", (CALIBRATED,), uses_tools=True, searches=True, opens=True),
 )}
 
 # The defaults, best first as measured on the split nobody tuned on (docs/results.md "The untuned split": on

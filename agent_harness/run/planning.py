@@ -80,10 +80,11 @@ class RunConfig:
     def agent_for(self, spec: ModelSpec, strategy: str) -> AgentConfig:
         """The agent settings `spec`'s episodes of `strategy` run with: --protocol, else the model's preferred
         protocol, for a strategy that calls tools; text (and no tool choice) for one that calls none. The settings
-        only search reads (SEARCH_ONLY) are kept for a searching strategy; the others record them as before
-        they existed, so their fingerprints do not change with them."""
+        only search reads (SEARCH_ONLY) and those only an opening best-of-n reads (OPENING_ONLY) are kept for
+        the strategies that read them; the others record them as before they existed, so their fingerprints do
+        not change with them."""
         info = STRATEGIES[strategy]
-        agent = self.agent if info.searches else self.agent.unsearched()
+        agent = info.recorded(self.agent)
         if not info.uses_tools:
             return replace(agent, protocol="text", tool_choice="auto")
         return replace(agent, protocol=agent.protocol or spec.protocol)

@@ -206,7 +206,7 @@ class AgentConfig:
     tests_on_write: bool = setting(False, "helper on: search shows the visible tests' result (its scratch copy's) "
                                    "with a write's observation, so no turn goes to run_tests after it", sets=True,
                                    added=False)
-    opening_candidates: int = setting(16, "best-of-n-search: programs sampled at once in its best-of-n phase "
+    opening_candidates: int = setting(32, "best-of-n-search: programs sampled at once in its best-of-n phase "
                                       "(--candidates: per turn of its search phase)", type=int, metavar="N",
                                       added=16)
     handoff: Handoff = setting("given", "chains (reflect-react, reflect-search, best-of-n-search): the tool agent "
@@ -249,10 +249,12 @@ class AgentConfig:
         if not 0.0 <= self.search_temperature <= 2.0:
             raise ConfigError(f"--search-temperature must be between 0 and 2, got {self.search_temperature}")
 
-    def unsearched(self) -> AgentConfig:
-        """These settings as a strategy that does not search records them: SEARCH_ONLY as before they existed."""
+    def recorded(self, searches: bool, opens: bool) -> AgentConfig:
+        """These settings as a strategy records them: those it never reads (SEARCH_ONLY without a search,
+        OPENING_ONLY without an opening best-of-n) as before they existed, so its fingerprint ignores them."""
         added = added_values(AgentConfig)
-        return replace(self, **{k: added[k] for k in SEARCH_ONLY})
+        unread = (() if searches else SEARCH_ONLY) + (() if opens else OPENING_ONLY)
+        return replace(self, **{k: added[k] for k in unread})
 
     @property
     def forced_calls(self) -> bool:
@@ -282,6 +284,7 @@ class AgentConfig:
 
 # Settings only search reads: the other strategies record them as before they existed.
 SEARCH_ONLY = ("protect_tests", "prefer_changes", "tests_on_write")
+OPENING_ONLY = ("opening_candidates",)
 
 
 DRAFTS = ("chat", "bigcode")

@@ -37,7 +37,7 @@ class Set:
 SETS = (
     Set("odd", "odd", 164, ("single-shot", "reflect-react", "search-k4", "best-of-n-k16", "best-of-n-k32",
                             "best-of-n-search-o16", "best-of-n-search")),
-    Set("heldout", "all", 22, ("single-shot", "search-k4", "best-of-n-k16", "best-of-n-k32", "best-of-n-search-o16",
+    Set("heldout", "all", 42, ("single-shot", "search-k4", "best-of-n-k16", "best-of-n-k32", "best-of-n-search-o16",
                                "best-of-n-search"), f"--dataset-path {HELDOUT}"),
 )
 

@@ -9,7 +9,8 @@ TITLE = "heldout: ordinary bug-fix programs, unlike HumanEvalFix"
 INTRO = """
 Synthetic HumanEvalPack-format tasks written for this project, not copied or adapted from any
 public benchmark. Each is a small everyday function (parsing, intervals, matrices, a tokenizer,
-dates, an account transfer, run-length encoding, graph search, formatting, ...) with one
+dates, an account transfer, run-length encoding, graph search, formatting, paths, money, inventory,
+geometry, scheduling, an undo stack, validation, a state machine, statistics, ...) with one
 human-style bug: an off-by-one, a wrong operator, a missing case, a wrong variable, a copy-paste
 slip. The tests are thorough (7 to 10 asserts each, edge cases included), so that a fix has to be
 right, not only make one example pass.
@@ -822,6 +823,770 @@ TASKS: list[dict[str, Any]] = [
                 assert camel_to_snake("getX") == "get_x"
                 assert camel_to_snake("ID") == "id"
                 assert camel_to_snake("") == ""
+        """,
+    },
+    {
+        "case": "path normalisation: `.`, `..` and repeated slashes, absolute and relative paths",
+        "bug_note": "a `..` after a kept `..` pops it instead of adding another (`../../a` gives `a`)",
+        "sig": "def normalize_path(path: str) -> str:",
+        "doc": """
+            Normalise a slash-separated path without touching the file system: repeated slashes
+            and "." parts are dropped, and ".." removes the part before it. At the root of an
+            absolute path ".." is dropped ("/../a" -> "/a"); in a relative path a ".." with
+            nothing left to remove is kept ("../a/../../b" -> "../../b"). A trailing slash is
+            dropped. An empty relative result is ".", an empty absolute one "/".
+        """,
+        "body": """
+            absolute = path.startswith("/")
+            parts = []
+            for part in path.split("/"):
+                if part in ("", "."):
+                    continue
+                if part == "..":
+                    if parts and parts[-1] != "..":
+                        parts.pop()
+                    elif not absolute:
+                        parts.append("..")
+                else:
+                    parts.append(part)
+            joined = "/".join(parts)
+            if absolute:
+                return "/" + joined
+            return joined or "."
+        """,
+        "bug": ('if parts and parts[-1] != "..":', "if parts:"),
+        "bug_type": "missing logic",
+        "test": """
+            def check(normalize_path):
+                assert normalize_path("/usr/lib/../bin/./python") == "/usr/bin/python"
+                assert normalize_path("a//b/") == "a/b"
+                assert normalize_path("/../x") == "/x"
+                assert normalize_path("../../a") == "../../a"
+                assert normalize_path("../a/../../b") == "../../b"
+                assert normalize_path("a/..") == "." and normalize_path("") == "." and normalize_path("./") == "."
+                assert normalize_path("/") == "/" and normalize_path("//") == "/" and normalize_path("/..") == "/"
+                assert normalize_path("x/../../y") == "../y"
+                assert normalize_path("a/./b/./c/..") == "a/b"
+        """,
+    },
+    {
+        "case": "English ordinal suffixes (1st, 2nd, 3rd, 11th, 112th)",
+        "bug_note": "`n in (11, 12, 13)` instead of `n % 100 in ...`: 111 gives `111st`",
+        "sig": "def ordinal(n: int) -> str:",
+        "doc": """
+            Return the non-negative integer n followed by its English ordinal suffix: "st", "nd"
+            or "rd" for numbers ending in 1, 2 or 3 and "th" for all others, where numbers
+            whose last two digits are 11, 12 or 13 take "th" ("11th", "112th", "1013th").
+        """,
+        "body": """
+            if n % 100 in (11, 12, 13):
+                suffix = "th"
+            else:
+                suffix = {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+            return f"{n}{suffix}"
+        """,
+        "bug": ("if n % 100 in (11, 12, 13):", "if n in (11, 12, 13):"),
+        "bug_type": "value misuse",
+        "test": """
+            def check(ordinal):
+                assert ordinal(1) == "1st"
+                assert [ordinal(i) for i in range(5)] == ["0th", "1st", "2nd", "3rd", "4th"]
+                assert ordinal(11) == "11th" and ordinal(12) == "12th" and ordinal(13) == "13th"
+                assert ordinal(21) == "21st" and ordinal(22) == "22nd" and ordinal(23) == "23rd"
+                assert ordinal(101) == "101st"
+                assert ordinal(111) == "111th"
+                assert ordinal(112) == "112th" and ordinal(213) == "213th"
+                assert ordinal(1013) == "1013th"
+                assert ordinal(100) == "100th" and ordinal(1002) == "1002nd"
+        """,
+    },
+    {
+        "case": "calendar: the next given weekday strictly after an ISO date, across months and years",
+        "bug_note": "`% 7` without `or 7`: the same weekday gives the day itself, not a week later",
+        "imports": "from datetime import date, timedelta",
+        "sig": "def next_weekday(day: str, weekday: str) -> str:",
+        "doc": """
+            Return the ISO date ("YYYY-MM-DD") of the first day strictly after the ISO date day
+            that falls on weekday, an English day name in any letter case ("monday", "Friday").
+            When day itself falls on weekday, the answer is one week later. Raise ValueError
+            for an unknown day name.
+        """,
+        "body": """
+            names = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
+            start = date.fromisoformat(day)
+            target = names.index(weekday.lower())
+            ahead = (target - start.weekday()) % 7 or 7
+            return (start + timedelta(days=ahead)).isoformat()
+        """,
+        "bug": ("% 7 or 7", "% 7"),
+        "bug_type": "missing logic",
+        "test": """
+            def check(next_weekday):
+                assert next_weekday("2024-05-15", "wednesday") == "2024-05-22"
+                assert next_weekday("2024-05-15", "Friday") == "2024-05-17"
+                assert next_weekday("2024-05-17", "MONDAY") == "2024-05-20"
+                assert next_weekday("2024-12-30", "Monday") == "2025-01-06"
+                assert next_weekday("2024-02-27", "Thursday") == "2024-02-29"
+                assert next_weekday("2023-02-27", "Thursday") == "2023-03-02"
+                assert next_weekday("2024-05-19", "Sunday") == "2024-05-26"
+                assert next_weekday("2024-05-18", "sunday") == "2024-05-19"
+                try:
+                    next_weekday("2024-05-18", "Funday")
+                    raise AssertionError("no ValueError")
+                except ValueError:
+                    pass
+        """,
+    },
+    {
+        "case": "money: an invoice total with VAT on the net sum, Decimal, halves rounded up",
+        "bug_note": "`quantize` without `rounding=ROUND_HALF_UP`: halves go to the even cent",
+        "imports": "from decimal import ROUND_HALF_UP, Decimal\nfrom typing import List, Tuple",
+        "sig": "def invoice_total(lines: List[Tuple[str, int]], vat_percent: int) -> str:",
+        "doc": """
+            lines holds (unit price, quantity) pairs, each price a decimal string with at most
+            two decimals such as "19.99". The net amount is the sum of price times quantity
+            over all lines. VAT is vat_percent percent of the net amount, computed once on that
+            sum (not per line) and rounded to the cent with halves rounded up ("0.025" becomes
+            "0.03"). Return net plus VAT as a string with exactly two decimals ("0.00" when
+            there are no lines).
+        """,
+        "body": """
+            net = sum((Decimal(price) * quantity for price, quantity in lines), Decimal("0"))
+            vat = (net * vat_percent / 100).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+            return str((net + vat).quantize(Decimal("0.01")))
+        """,
+        "bug": ('.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)', '.quantize(Decimal("0.01"))'),
+        "bug_type": "missing logic",
+        "test": """
+            def check(invoice_total):
+                assert invoice_total([("10.00", 2)], 20) == "24.00"
+                assert invoice_total([], 20) == "0.00"
+                assert invoice_total([("0.25", 1)], 10) == "0.28"
+                assert invoice_total([("3.50", 1)], 7) == "3.75"
+                assert invoice_total([("1.05", 1)], 10) == "1.16"
+                assert invoice_total([("0.10", 1), ("0.10", 1), ("0.10", 1)], 5) == "0.32"
+                assert invoice_total([("19.99", 3), ("0.01", 5)], 0) == "60.02"
+                assert invoice_total([("5", 4), ("2.5", 0)], 25) == "25.00"
+                assert invoice_total([("99.99", 1)], 15) == "114.99"
+        """,
+    },
+    {
+        "case": "inventory: reorder quantities in whole batches for items below their minimum",
+        "bug_note": "ceiling division as `(short + batch) // batch`: an exact multiple orders one batch too many",
+        "imports": "from typing import Dict",
+        "sig": "def restock_orders(stock: Dict[str, int], minimum: Dict[str, int], batch: int) -> Dict[str, int]:",
+        "doc": """
+            For every item in minimum whose stock is below its minimum (an item missing from
+            stock has 0), order the fewest whole batches of batch units that bring it to at
+            least the minimum. Return the units to order per item, keyed by item name in
+            alphabetical order; items that need nothing, and items without a minimum, are left
+            out.
+        """,
+        "body": """
+            orders = {}
+            for item in sorted(minimum):
+                short = minimum[item] - stock.get(item, 0)
+                if short > 0:
+                    orders[item] = (short + batch - 1) // batch * batch
+            return orders
+        """,
+        "bug": ("(short + batch - 1) // batch", "(short + batch) // batch"),
+        "bug_type": "value misuse",
+        "test": """
+            def check(restock_orders):
+                assert restock_orders({"a": 0}, {"a": 50}, 25) == {"a": 50}
+                stock, minimum = {"bolts": 30, "nuts": 5}, {"bolts": 50, "nuts": 5, "washers": 10}
+                assert restock_orders(stock, minimum, 25) == {"bolts": 25, "washers": 25}
+                assert restock_orders({"x": 3}, {"x": 10}, 1) == {"x": 7}
+                assert restock_orders({"a": 60}, {"a": 50}, 10) == {}
+                assert restock_orders({}, {}, 5) == {}
+                assert restock_orders({"pens": 4, "ink": 100}, {"pens": 5}, 12) == {"pens": 12}
+                assert list(restock_orders({}, {"zip": 1, "arc": 1, "mug": 1}, 6)) == ["arc", "mug", "zip"]
+                assert restock_orders({"tape": 9}, {"tape": 10}, 4) == {"tape": 4}
+                assert restock_orders({"cups": 10}, {"cups": 30}, 5) == {"cups": 20}
+        """,
+    },
+    {
+        "case": "the nearest of eight compass points to a bearing, halfway bearings going clockwise",
+        "bug_note": "`round()` instead of `floor(x + 0.5)`: halves round to even, so 22.5 gives `N`",
+        "imports": "import math",
+        "sig": "def compass_point(bearing: float) -> str:",
+        "doc": """
+            Return the nearest of the eight compass points "N", "NE", "E", "SE", "S", "SW",
+            "W", "NW" to a bearing in degrees (0 is north, 90 east; any real number, taken
+            modulo 360). Each point covers 45 degrees centred on it; a bearing exactly halfway
+            between two points belongs to the next point clockwise (22.5 gives "NE", 337.5
+            gives "N").
+        """,
+        "body": """
+            points = ["N", "NE", "E", "SE", "S", "SW", "W", "NW"]
+            return points[math.floor(bearing % 360 / 45 + 0.5) % 8]
+        """,
+        "bug": ("math.floor(bearing % 360 / 45 + 0.5)", "round(bearing % 360 / 45)"),
+        "bug_type": "function misuse",
+        "test": """
+            def check(compass_point):
+                assert compass_point(0) == "N"
+                assert compass_point(90) == "E" and compass_point(180) == "S" and compass_point(270) == "W"
+                assert compass_point(22.5) == "NE"
+                assert compass_point(112.5) == "SE"
+                assert compass_point(350) == "N" and compass_point(337.5) == "N"
+                assert compass_point(-45) == "NW" and compass_point(-180) == "S"
+                assert compass_point(200) == "S" and compass_point(247) == "SW"
+                assert compass_point(67.4) == "NE" and compass_point(67.5) == "E"
+                assert compass_point(720 + 135) == "SE"
+        """,
+    },
+    {
+        "case": "geometry: distance from a point to a line segment, end points and a zero-length segment",
+        "bug_note": "copy-paste slip: the y coordinate of the nearest point uses `t * dx`",
+        "imports": "import math\nfrom typing import Tuple",
+        "sig": "def segment_distance(p: Tuple[float, float], a: Tuple[float, float], b: Tuple[float, float]) -> float:",
+        "doc": """
+            Return the shortest distance from point p to the line segment from a to b (points
+            are (x, y) pairs), that is, the distance to the segment's nearest point, which is an
+            end point when p lies beyond that end. When a == b the segment is a single point.
+        """,
+        "body": """
+            (px, py), (ax, ay), (bx, by) = p, a, b
+            dx, dy = bx - ax, by - ay
+            length_sq = dx * dx + dy * dy
+            if length_sq == 0:
+                return math.hypot(px - ax, py - ay)
+            t = max(0.0, min(1.0, ((px - ax) * dx + (py - ay) * dy) / length_sq))
+            return math.hypot(px - (ax + t * dx), py - (ay + t * dy))
+        """,
+        "bug": ("py - (ay + t * dy)", "py - (ay + t * dx)"),
+        "bug_type": "variable misuse",
+        "test": """
+            def check(segment_distance):
+                def close(x, y):
+                    return abs(x - y) < 1e-9
+
+                assert close(segment_distance((0, 1), (-1, 0), (1, 0)), 1.0)
+                assert close(segment_distance((3, 4), (0, 0), (0, 0)), 5.0)
+                assert close(segment_distance((5, 0), (0, 0), (3, 0)), 2.0)
+                assert close(segment_distance((-2, 0), (0, 0), (3, 0)), 2.0)
+                assert close(segment_distance((1, 1), (0, 0), (2, 2)), 0.0)
+                assert close(segment_distance((0, 2), (0, 0), (2, 2)), 2 ** 0.5)
+                assert close(segment_distance((2, 5), (0, 0), (0, 4)), 5 ** 0.5)
+                assert close(segment_distance((4, 3), (1, 1), (7, 1)), 2.0)
+                assert close(segment_distance((6, -1), (0, 0), (4, -2)), 5 ** 0.5)
+        """,
+    },
+    {
+        "case": "recursion over nested dicts: a JSON merge patch, None deletes, inputs left unchanged",
+        "bug_note": "works on `target` itself instead of `dict(target)`: the caller's dict is changed",
+        "imports": "from typing import Any",
+        "sig": "def merge_patch(target: Any, patch: Any) -> Any:",
+        "doc": """
+            Apply a JSON merge patch. When patch is not a dict, the result is patch. Otherwise
+            the result is a copy of target (an empty dict when target is not a dict) in which
+            every key of patch whose value is None is removed, and every other key of patch is
+            set to the merge of its old value (None when missing) with the patch's value,
+            recursively. Lists are replaced, not merged. Neither argument is changed.
+        """,
+        "body": """
+            if not isinstance(patch, dict):
+                return patch
+            result = dict(target) if isinstance(target, dict) else {}
+            for key, value in patch.items():
+                if value is None:
+                    result.pop(key, None)
+                else:
+                    result[key] = merge_patch(result.get(key), value)
+            return result
+        """,
+        "bug": ("result = dict(target) if", "result = target if"),
+        "bug_type": "missing logic",
+        "test": """
+            def check(merge_patch):
+                assert merge_patch({"a": 1, "b": 2}, {"b": 3}) == {"a": 1, "b": 3}
+                assert merge_patch({"a": 1, "b": 2}, {"a": None, "c": None}) == {"b": 2}
+                assert merge_patch({"a": {"x": 1, "y": 2}}, {"a": {"y": None, "z": 3}}) == {"a": {"x": 1, "z": 3}}
+                assert merge_patch({"a": [1, 2]}, {"a": [3]}) == {"a": [3]}
+                assert merge_patch({"a": 1}, {"a": {"b": {"c": None, "d": 4}}}) == {"a": {"b": {"d": 4}}}
+                assert merge_patch([1, 2], {"k": "v"}) == {"k": "v"} and merge_patch({"k": "v"}, "text") == "text"
+                assert merge_patch({"keep": None}, {}) == {"keep": None}
+                base = {"name": "app", "opts": {"debug": False, "level": 1}}
+                patch = {"opts": {"debug": True}, "name": None}
+                assert merge_patch(base, patch) == {"opts": {"debug": True, "level": 1}}
+                assert base == {"name": "app", "opts": {"debug": False, "level": 1}}
+                assert patch == {"opts": {"debug": True}, "name": None}
+        """,
+    },
+    {
+        "case": "text table layout: column widths, numbers right-aligned, trailing spaces stripped",
+        "bug_note": "`len(max(cells))` (the alphabetically last cell) instead of `max(len(cell) ...)`",
+        "imports": "from typing import List",
+        "sig": "def format_table(rows: List[List[str]]) -> str:",
+        "doc": """
+            Lay out rows of text cells (every row has the same number of cells) as aligned
+            columns: each column is as wide as its longest cell and columns are separated by two
+            spaces. Cells that are numbers (digits with an optional leading "-" and at most one
+            ".") are right-aligned, other cells left-aligned, and trailing spaces are removed
+            from every line. Return the lines joined by newlines; no rows give "".
+        """,
+        "body": r"""
+            if not rows:
+                return ""
+
+            def is_number(cell: str) -> bool:
+                digits = cell[1:] if cell.startswith("-") else cell
+                return digits.replace(".", "", 1).isdigit()
+
+            widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+            lines = []
+            for row in rows:
+                cells = [cell.rjust(w) if is_number(cell) else cell.ljust(w) for cell, w in zip(row, widths)]
+                lines.append("  ".join(cells).rstrip())
+            return "\n".join(lines)
+        """,
+        "bug": ("max(len(row[i]) for row in rows)", "len(max(row[i] for row in rows))"),
+        "bug_type": "function misuse",
+        "test": r"""
+            def check(format_table):
+                assert format_table([["x", "1"], ["yy", "10"]]) == "x    1\nyy  10"
+                rows = [["item", "qty", "price"], ["apple", "3", "0.5"], ["kiwi", "12", "-1.25"]]
+                assert format_table(rows) == "item   qty  price\napple    3    0.5\nkiwi    12  -1.25"
+                assert format_table([]) == ""
+                assert format_table([["only"]]) == "only"
+                assert format_table([["a", "b"], ["", ""]]) == "a  b\n"
+                assert format_table([["1.2.3", "-", "-5"], ["10", "x", "7"]]) == "1.2.3  -  -5\n   10  x   7"
+                assert format_table([["name", "n"], ["bob", "7"], ["al", "100"]]) == "name  n\nbob     7\nal    100"
+                assert format_table([["zz", "a"], ["yyyy", "b"]]) == "zz    a\nyyyy  b"
+        """,
+    },
+    {
+        "case": "scheduling: round-robin with a time quantum, finish times in finishing order",
+        "bug_note": "`left >= quantum`: a job needing exactly one quantum goes back to the queue",
+        "imports": "from collections import deque\nfrom typing import List, Tuple",
+        "sig": "def round_robin(jobs: List[Tuple[str, int]], quantum: int) -> List[Tuple[str, int]]:",
+        "doc": """
+            Simulate round-robin scheduling from time 0. jobs is the initial queue of
+            (name, work) pairs, work a positive number of time units. The job at the front runs
+            for quantum time units, or for what it still needs when that is less; if it still
+            needs more it goes to the back of the queue, otherwise it is finished. Return
+            (name, finish time) pairs in the order the jobs finish.
+        """,
+        "body": """
+            queue = deque(jobs)
+            clock = 0
+            finished = []
+            while queue:
+                name, left = queue.popleft()
+                clock += min(quantum, left)
+                if left > quantum:
+                    queue.append((name, left - quantum))
+                else:
+                    finished.append((name, clock))
+            return finished
+        """,
+        "bug": ("if left > quantum:", "if left >= quantum:"),
+        "bug_type": "operator misuse",
+        "test": """
+            def check(round_robin):
+                assert round_robin([("a", 2), ("b", 1)], 2) == [("a", 2), ("b", 3)]
+                assert round_robin([("a", 3), ("b", 5), ("c", 1)], 2) == [("c", 5), ("a", 6), ("b", 9)]
+                assert round_robin([], 3) == []
+                assert round_robin([("x", 7)], 3) == [("x", 7)]
+                assert round_robin([("x", 6)], 3) == [("x", 6)]
+                assert round_robin([("a", 4), ("b", 4)], 10) == [("a", 4), ("b", 8)]
+                assert round_robin([("a", 1), ("b", 1), ("c", 1)], 1) == [("a", 1), ("b", 2), ("c", 3)]
+                assert round_robin([("p", 5), ("q", 2), ("r", 4)], 2) == [("q", 4), ("r", 10), ("p", 11)]
+        """,
+    },
+    {
+        "case": "an editor's undo and redo stacks (type, delete, undo, redo)",
+        "bug_note": "a new edit does not clear the redo stack",
+        "imports": "from typing import List",
+        "sig": "def apply_edits(commands: List[str]) -> str:",
+        "doc": """
+            Run editor commands on an initially empty text and return the final text.
+            "type <s>" appends s (everything after the first space, spaces included);
+            "delete <n>" removes the last n characters (all of them when there are fewer).
+            "undo" restores the text as it was before the latest change still in effect (a
+            type, a delete or a redo), and "redo" reapplies the change undone most recently.
+            A new type or delete makes everything undone so far impossible to redo. An undo or
+            redo with nothing to undo or redo, and any other command, does nothing.
+        """,
+        "body": """
+            text = ""
+            undo, redo = [], []
+            for command in commands:
+                name, _, arg = command.partition(" ")
+                if name in ("type", "delete"):
+                    undo.append(text)
+                    redo.clear()
+                    text = text + arg if name == "type" else text[: max(0, len(text) - int(arg))]
+                elif name == "undo" and undo:
+                    redo.append(text)
+                    text = undo.pop()
+                elif name == "redo" and redo:
+                    undo.append(text)
+                    text = redo.pop()
+            return text
+        """,
+        "bug": ("\n            redo.clear()", ""),
+        "bug_type": "missing logic",
+        "test": """
+            def check(apply_edits):
+                assert apply_edits(["type hello", "type  world"]) == "hello world"
+                assert apply_edits(["type abc", "delete 1", "undo"]) == "abc"
+                assert apply_edits(["type abc", "delete 5"]) == ""
+                assert apply_edits(["type ab", "type cd", "undo", "undo", "redo"]) == "ab"
+                assert apply_edits(["type ab", "undo", "type x", "redo"]) == "x"
+                assert apply_edits(["undo", "redo", "type q"]) == "q"
+                assert apply_edits([]) == ""
+                assert apply_edits(["type one", "type two", "undo", "delete 1", "redo", "undo"]) == "one"
+                assert apply_edits(["type abc", "delete 2", "undo", "redo", "redo"]) == "a"
+                assert apply_edits(["type x", "type y", "undo", "undo", "undo", "redo", "redo", "redo"]) == "xy"
+        """,
+    },
+    {
+        "case": "validation: semantic-version strings with pre-release tags, leading zeros refused",
+        "bug_note": "`len(ident) >= 1` instead of `> 1`: a pre-release identifier `0` is refused",
+        "imports": "import re",
+        "sig": "def is_semver(text: str) -> bool:",
+        "doc": """
+            Return whether text is a version MAJOR.MINOR.PATCH, optionally followed by "-" and a
+            pre-release tag. MAJOR, MINOR and PATCH are non-negative integers in ASCII digits
+            without a leading zero ("0" is fine, "01" is not). The tag is one or more
+            identifiers separated by dots, each non-empty and made of ASCII letters, digits and
+            "-"; an identifier of digits only must not have a leading zero either ("1.0.0-rc.0"
+            is valid, "1.0.0-rc.01" is not). Nothing else is allowed: no spaces, no "v" prefix,
+            no build metadata.
+        """,
+        "body": r"""
+            core, dash, tag = text.partition("-")
+            numbers = core.split(".")
+            if len(numbers) != 3 or not all(re.fullmatch(r"0|[1-9][0-9]*", n) for n in numbers):
+                return False
+            if not dash:
+                return True
+            for ident in tag.split("."):
+                if not re.fullmatch(r"[0-9A-Za-z-]+", ident):
+                    return False
+                if ident.isdigit() and len(ident) > 1 and ident[0] == "0":
+                    return False
+            return True
+        """,
+        "bug": ("len(ident) > 1", "len(ident) >= 1"),
+        "bug_type": "operator misuse",
+        "test": """
+            def check(is_semver):
+                assert is_semver("1.2.3") is True
+                assert is_semver("0.0.0") and is_semver("10.20.30")
+                assert is_semver("1.0.0-alpha.1") and is_semver("1.0.0-x-y.7z")
+                assert is_semver("1.0.0-rc.0") is True
+                assert is_semver("2.0.0-0")
+                assert is_semver("1.0.0-0.3.7")
+                assert not is_semver("1.0.0-rc.01") and not is_semver("1.0.0-007")
+                bad = ["1.2", "1.2.3.4", "01.2.3", "1.02.3", "v1.2.3", "1.2.3-", "1.2.3-a..b", "1.2.3+build",
+                       " 1.2.3", "1.2.x", "", "1.2.3-\\u00e4"]
+                assert not any(is_semver(t) for t in bad)
+        """,
+    },
+    {
+        "case": "a small state machine: a vending machine with coins, buy and cancel",
+        "bug_note": "`returned = credit` on cancel instead of `+=`: earlier change is forgotten",
+        "imports": "from typing import List, Tuple",
+        "sig": "def vend(events: List[str], price: int) -> Tuple[int, int]:",
+        "doc": """
+            Simulate a vending machine that sells one item for price cents and starts with no
+            credit. "coin <cents>" adds to the credit. "buy" dispenses an item when the credit
+            covers the price, hands back the change (credit minus price) and resets the credit
+            to 0; with too little credit it does nothing. "cancel" hands back the whole credit
+            and resets it to 0. Return (items dispensed, total cents handed back); credit still
+            in the machine at the end is not handed back.
+        """,
+        "body": """
+            credit = items = returned = 0
+            for event in events:
+                kind, _, amount = event.partition(" ")
+                if kind == "coin":
+                    credit += int(amount)
+                elif kind == "buy" and credit >= price:
+                    items += 1
+                    returned += credit - price
+                    credit = 0
+                elif kind == "cancel":
+                    returned += credit
+                    credit = 0
+            return items, returned
+        """,
+        "bug": ("returned += credit\n", "returned = credit\n"),
+        "bug_type": "operator misuse",
+        "test": """
+            def check(vend):
+                assert vend(["coin 100", "coin 50", "buy"], 120) == (1, 30)
+                assert vend(["coin 50", "buy"], 120) == (0, 0)
+                assert vend(["coin 50", "cancel"], 120) == (0, 50)
+                assert vend(["coin 200", "buy", "coin 20", "cancel"], 150) == (1, 70)
+                assert vend(["coin 60", "coin 60", "buy", "buy"], 120) == (1, 0)
+                assert vend([], 100) == (0, 0)
+                assert vend(["coin 25", "cancel", "coin 25", "cancel", "cancel"], 50) == (0, 50)
+                assert vend(["coin 100", "buy", "coin 100", "buy", "coin 30"], 100) == (2, 0)
+                assert vend(["coin 10", "buy", "coin 90", "buy"], 100) == (1, 0)
+        """,
+    },
+    {
+        "case": "statistics: quartiles by the median-of-halves method, odd and even counts",
+        "bug_note": "upper half starts at `n // 2`: for an odd count it includes the median",
+        "imports": "from typing import List, Tuple",
+        "sig": "def quartiles(values: List[float]) -> Tuple[float, float, float]:",
+        "doc": """
+            Return (Q1, median, Q3) of values (in any order; the list is not changed) by the
+            median-of-halves method: sort the values; Q1 is the median of the lower half and Q3
+            the median of the upper half, where for an odd count the middle value belongs to
+            neither half. The median of an even count is the mean of the two middle values.
+            Raise ValueError for fewer than two values.
+        """,
+        "body": """
+            xs = sorted(values)
+            n = len(xs)
+            if n < 2:
+                raise ValueError("need at least two values")
+
+            def median(seq: List[float]) -> float:
+                mid = len(seq) // 2
+                return seq[mid] if len(seq) % 2 else (seq[mid - 1] + seq[mid]) / 2
+
+            return median(xs[: n // 2]), median(xs), median(xs[(n + 1) // 2 :])
+        """,
+        "bug": ("xs[(n + 1) // 2 :]", "xs[n // 2 :]"),
+        "bug_type": "value misuse",
+        "test": """
+            def check(quartiles):
+                assert quartiles([1, 2, 3, 4, 5]) == (1.5, 3, 4.5)
+                assert quartiles([1, 2, 3, 4]) == (1.5, 2.5, 3.5)
+                assert quartiles([7, 1, 3]) == (1, 3, 7)
+                assert quartiles([5, 5]) == (5, 5, 5)
+                assert quartiles([6, 47, 49, 15, 42, 41, 7, 39, 43, 40, 36]) == (15, 40, 43)
+                data = [3.5, -1.0, 2.0, 8.0, 0.5, 4.0]
+                assert quartiles(data) == (0.5, 2.75, 4.0)
+                assert data == [3.5, -1.0, 2.0, 8.0, 0.5, 4.0]
+                assert quartiles(list(range(1, 10))) == (2.5, 5, 7.5)
+                for few in ([], [1]):
+                    try:
+                        quartiles(few)
+                    except ValueError:
+                        continue
+                    raise AssertionError(f"no ValueError for {few!r}")
+        """,
+    },
+    {
+        "case": "unit conversion: centimetres to feet and inches (5'11\"), rounded to the inch",
+        "bug_note": "`int(cm / 2.54)` truncates instead of rounding to the nearest inch",
+        "sig": "def feet_and_inches(cm: float) -> str:",
+        "doc": """
+            Convert a height in centimetres (an inch is exactly 2.54 cm) to feet and inches
+            written like 5'11": first round to the nearest whole inch (as Python's round does),
+            then split into feet of 12 inches, so the inches are always 0 to 11.
+        """,
+        "body": r"""
+            feet, inches = divmod(round(cm / 2.54), 12)
+            return f"{feet}'{inches}\""
+        """,
+        "bug": ("round(cm / 2.54)", "int(cm / 2.54)"),
+        "bug_type": "function misuse",
+        "test": r"""
+            def check(feet_and_inches):
+                assert feet_and_inches(152.4) == "5'0\""
+                assert feet_and_inches(180) == "5'11\""
+                assert feet_and_inches(182) == "6'0\""
+                assert feet_and_inches(0) == "0'0\""
+                assert feet_and_inches(30.48) == "1'0\""
+                assert feet_and_inches(175.26) == "5'9\""
+                assert feet_and_inches(100) == "3'3\""
+                assert feet_and_inches(165) == "5'5\""
+                assert feet_and_inches(154.9) == "5'1\""
+        """,
+    },
+    {
+        "case": "title case for headings with minor words kept lower case except first and last",
+        "bug_note": "`0 < i < len(words)`: a minor last word stays lower case",
+        "sig": "def title_case(text: str) -> str:",
+        "doc": """
+            Title-case text for a heading: split it into words on whitespace, capitalise each
+            word (first character upper case, the rest lower case) and join them with single
+            spaces. The minor words a, an, and, at, but, by, for, in, of, on, or, the and to
+            (in any letter case) are written all in lower case instead, unless they are the
+            first or the last word.
+        """,
+        "body": """
+            minor = {"a", "an", "and", "at", "but", "by", "for", "in", "of", "on", "or", "the", "to"}
+            words = text.split()
+            out = []
+            for i, word in enumerate(words):
+                if word.lower() in minor and 0 < i < len(words) - 1:
+                    out.append(word.lower())
+                else:
+                    out.append(word[:1].upper() + word[1:].lower())
+            return " ".join(out)
+        """,
+        "bug": ("0 < i < len(words) - 1", "0 < i < len(words)"),
+        "bug_type": "value misuse",
+        "test": r"""
+            def check(title_case):
+                assert title_case("what are you looking at") == "What Are You Looking At"
+                assert title_case("the lord of the rings") == "The Lord of the Rings"
+                assert title_case("OF MICE AND MEN") == "Of Mice and Men"
+                assert title_case("  war   and\tpeace ") == "War and Peace"
+                assert title_case("") == "" and title_case("a") == "A"
+                assert title_case("the end of") == "The End Of"
+                assert title_case("gone with the wind") == "Gone With the Wind"
+                assert title_case("a tale of two cities") == "A Tale of Two Cities"
+                assert title_case("rOCK aNd roll") == "Rock and Roll"
+        """,
+    },
+    {
+        "case": "truncating text at a word boundary with an ellipsis",
+        "bug_note": "no check whether the cut falls right after a whole word: that word is dropped too",
+        "sig": "def truncate_words(text: str, limit: int) -> str:",
+        "doc": """
+            Shorten text (words separated by single spaces) to at most limit characters, limit
+            >= 4, for a preview. Text that fits is returned unchanged. Otherwise keep as many
+            whole words as fit in limit - 3 characters and append "..."; a word that would be
+            cut off is dropped. When not even the first word fits, cut it after limit - 3
+            characters instead.
+        """,
+        "body": """
+            if len(text) <= limit:
+                return text
+            cut = text[: limit - 3]
+            if text[limit - 3] != " " and " " in cut:
+                cut = cut[: cut.rfind(" ")]
+            return cut.rstrip() + "..."
+        """,
+        "bug": ('text[limit - 3] != " " and ', ""),
+        "bug_type": "missing logic",
+        "test": """
+            def check(truncate_words):
+                assert truncate_words("hello world", 20) == "hello world"
+                assert truncate_words("the quick brown fox", 12) == "the quick..."
+                assert truncate_words("the quick brown fox", 13) == "the quick..."
+                assert truncate_words("the quick brown fox", 19) == "the quick brown fox"
+                assert truncate_words("the quick brown fox", 18) == "the quick brown..."
+                assert truncate_words("supercalifragilistic", 10) == "superca..."
+                assert truncate_words("one two three", 10) == "one two..."
+                assert truncate_words("one two three", 11) == "one two..."
+                assert truncate_words("ab cdef", 6) == "ab..."
+                assert truncate_words("", 5) == ""
+        """,
+    },
+    {
+        "case": "relative time: `just now`, `1 minute ago`, `3 days ago`, `2 weeks ago`",
+        "bug_note": "`seconds > size`: exactly one hour reads `60 minutes ago`",
+        "sig": "def time_ago(seconds: int) -> str:",
+        "doc": """
+            Describe how long ago something happened from the seconds elapsed (>= 0): under 60
+            seconds is "just now"; otherwise use the largest of the units week (604800 s),
+            day, hour and minute that fits at least once, with a whole count rounded down and
+            the unit in the singular or plural: "1 minute ago", "5 hours ago", "2 weeks ago".
+        """,
+        "body": """
+            if seconds < 60:
+                return "just now"
+            for name, size in (("week", 604800), ("day", 86400), ("hour", 3600), ("minute", 60)):
+                if seconds >= size:
+                    break
+            count = seconds // size
+            return f"{count} {name}{'' if count == 1 else 's'} ago"
+        """,
+        "bug": ("if seconds >= size:", "if seconds > size:"),
+        "bug_type": "operator misuse",
+        "test": """
+            def check(time_ago):
+                assert time_ago(5) == "just now" and time_ago(0) == "just now"
+                assert time_ago(59) == "just now"
+                assert time_ago(60) == "1 minute ago"
+                assert time_ago(150) == "2 minutes ago"
+                assert time_ago(3599) == "59 minutes ago"
+                assert time_ago(3600) == "1 hour ago"
+                assert time_ago(7199) == "1 hour ago"
+                assert time_ago(86400 * 3 + 5) == "3 days ago"
+                assert time_ago(604800) == "1 week ago"
+                assert time_ago(604800 * 10 + 86399) == "10 weeks ago"
+        """,
+    },
+    {
+        "case": "a sliding-window rate limiter over request times (a deque of allowed times)",
+        "bug_note": "refused requests are recorded in the window too",
+        "imports": "from collections import deque\nfrom typing import List",
+        "sig": "def rate_limit(times: List[float], limit: int, window: float) -> List[bool]:",
+        "doc": """
+            Decide, for requests arriving at the given times in seconds (ascending), whether a
+            sliding-window rate limiter lets each through: a request at time t is allowed when
+            fewer than limit allowed requests arrived in the window (t - window, t], so an
+            allowed request stops counting exactly window seconds after it arrived. Refused
+            requests never count. Return one bool per request, in order.
+        """,
+        "body": """
+            recent = deque()
+            allowed = []
+            for t in times:
+                while recent and recent[0] <= t - window:
+                    recent.popleft()
+                ok = len(recent) < limit
+                if ok:
+                    recent.append(t)
+                allowed.append(ok)
+            return allowed
+        """,
+        "bug": ("if ok:\n            recent.append(t)", "recent.append(t)"),
+        "bug_type": "excess logic",
+        "test": """
+            def check(rate_limit):
+                assert rate_limit([0, 1, 2, 3], 2, 10) == [True, True, False, False]
+                assert rate_limit([0, 1, 2, 10, 11], 2, 10) == [True, True, False, True, True]
+                assert rate_limit([], 3, 1.0) == []
+                assert rate_limit([0, 0, 0], 3, 1.0) == [True] * 3
+                assert rate_limit([0, 0.5, 1.0, 1.5], 1, 1.0) == [True, False, True, False]
+                assert rate_limit([5, 6, 7, 8, 9, 10], 3, 3) == [True] * 6
+                assert rate_limit([0, 1, 1.5, 2, 3.5], 2, 2) == [True, True, False, True, True]
+                assert rate_limit([100] * 5, 2, 60) == [True, True, False, False, False]
+        """,
+    },
+    {
+        "case": "inventory accounting: cost of goods sold first-in first-out across stock lots",
+        "bug_note": "`min(quantity, sold)` instead of `min(quantity, remaining)`: later lots are over-counted",
+        "imports": "from typing import List, Tuple",
+        "sig": "def fifo_cost(purchases: List[Tuple[int, int]], sold: int) -> int:",
+        "doc": """
+            purchases holds stock lots, oldest first, as (quantity, unit cost in cents) pairs.
+            Return the cost in cents of selling sold units first in, first out: units come from
+            the oldest lot until it is used up, then from the next one. Raise ValueError when
+            the lots hold fewer than sold units.
+        """,
+        "body": """
+            remaining = sold
+            cost = 0
+            for quantity, unit_cost in purchases:
+                take = min(quantity, remaining)
+                cost += take * unit_cost
+                remaining -= take
+            if remaining > 0:
+                raise ValueError(f"only {sold - remaining} of {sold} units in stock")
+            return cost
+        """,
+        "bug": ("min(quantity, remaining)", "min(quantity, sold)"),
+        "bug_type": "variable misuse",
+        "test": """
+            def check(fifo_cost):
+                assert fifo_cost([(5, 100), (5, 200)], 7) == 900
+                assert fifo_cost([(10, 100)], 3) == 300
+                assert fifo_cost([(5, 100)], 0) == 0 and fifo_cost([], 0) == 0
+                assert fifo_cost([(2, 50), (3, 70)], 5) == 310
+                assert fifo_cost([(1, 10), (1, 20), (1, 30)], 2) == 30
+                assert fifo_cost([(4, 25), (4, 30), (4, 35)], 9) == 255
+                assert fifo_cost([(3, 0), (2, 99)], 4) == 99
+                for lots, n in (([(2, 50)], 3), ([], 1), ([(1, 5), (1, 5)], 3)):
+                    try:
+                        fifo_cost(lots, n)
+                    except ValueError:
+                        continue
+                    raise AssertionError(f"no ValueError for {lots!r}, {n}")
         """,
     },
 ]

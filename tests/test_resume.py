@@ -6,9 +6,12 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
+from agent_harness.sandbox import safewrite
 from agent_harness.traces.model import SCHEMA_VERSION
 from agent_harness.traces.store import (
     load_traces,
@@ -207,6 +210,42 @@ def test_shards_split_a_run_and_the_last_summary_covers_all(tmp_path: Path) -> N
         r = cli("--models", "oracle", "--n", "1", "--out", str(tmp_path / "bad"), "--shard", bad)
         assert r.returncode == 2 and "--shard" in r.stderr and "I/N" in r.stderr, (bad, r.stderr)
         assert not (tmp_path / "bad").exists()
+
+
+def test_a_run_removes_a_killed_writes_temp_files_not_a_live_ones(tmp_path: Path) -> None:
+    """Shards of one run share their folders, and a run removes the temp files a killed run's last write left.
+    It once removed another shard's write in progress too (that episode ended in an error, scored failed):
+    a write holds a lock on its temp file, and only an unlocked one a minute old is removed."""
+    gold = tmp_path / "t" / "oracle" / "humanevalfix" / "gold"
+    gold.mkdir(parents=True)
+    hour_ago = time.time() - 3600
+    killed = gold / ".run_Python-1__s0.json.0123456789ab.tmp"
+    killed.write_text("{")
+    os.utime(killed, (hour_ago, hour_ago))
+    fresh = gold / ".run_Python-2__s0.json.0123456789ab.tmp"  # a moment old: kept, in case it is live
+    fresh.write_text("{")
+    started, release = threading.Event(), threading.Event()
+
+    def slow(f: Any) -> None:
+        f.write(b"{}")
+        f.flush()
+        live = next(gold.glob(".run_Python-3__s0.json.*.tmp"))
+        os.utime(live, (hour_ago, hour_ago))  # the lock alone keeps it
+        started.set()
+        release.wait(120)
+
+    writer = threading.Thread(target=safewrite.write_file, args=(gold, "run_Python-3__s0.json", slow))
+    writer.start()
+    try:
+        assert started.wait(30)
+        r = cli("--models", "oracle", "--n", "1", "--out", str(tmp_path / "t"))
+        assert r.returncode == 0, r.stderr
+    finally:
+        release.set()
+        writer.join(30)
+    assert (gold / "run_Python-3__s0.json").read_text() == "{}"  # the live write landed
+    assert not killed.exists() and fresh.exists()
+    assert json.loads((gold / "run_Python-0__s0.json").read_text())["outcome"]["passed"]
 
 
 def test_replaced_traces_are_set_aside_not_overwritten(tmp_path: Path) -> None:

@@ -3,8 +3,6 @@ them `--resume` still has to run."""
 
 from __future__ import annotations
 
-import contextlib
-import fnmatch
 import os
 import sys
 from collections import Counter
@@ -189,17 +187,13 @@ def model_jobs(cfg: RunConfig, spec: ModelSpec, planned: list[Job]) -> list[Job]
 
 def _remove_stale(out: Path, rel: Path) -> None:
     """Refuse (one line, exit 2) a link or non-folder where the folder `rel` of `out` goes, before any work,
-    so that no trace of the run lands outside `out`; remove temp files of a killed run's last write."""
+    so that no trace of the run lands outside `out`; remove temp files of a killed run's last write
+    (not those of a live one: shards of one run share the folder)."""
     fd = safewrite.open_folder(out, rel, create=False) if os.path.lexists(out) else None
     if fd is None:
         return
     try:
-        with os.scandir(fd) as entries:
-            stale = [e.name for e in entries if fnmatch.fnmatchcase(e.name, ".run_*.tmp")
-                     and not e.is_dir(follow_symlinks=False)]  # a folder so named is not ours to remove
-        for name in stale:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(name, dir_fd=fd)
+        safewrite.remove_stale_temps(fd, ".run_*.tmp")
     finally:
         os.close(fd)
 

@@ -12,9 +12,12 @@ planted there instead of writing through it, and never follows one. Readers are 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import fnmatch
 import os
 import secrets
 import stat
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +29,7 @@ from .safefs import read_at
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 FILE_MODE = 0o644
+STALE_TEMP_S = 60.0  # a temp file this old that no write holds is a killed run's; a live write's is seconds old
 
 Content = bytes | Callable[[BinaryIO], object]  # the bytes, or a function that writes them to a file
 
@@ -132,6 +136,7 @@ def write_at(dir_fd: int, name: str, content: Content, mode: int = FILE_MODE, sh
         except FileExistsError:
             continue
     try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # held until the rename: remove_stale_temps leaves a locked file alone
         with os.fdopen(fd, "wb") as f:
             if isinstance(content, bytes | bytearray | memoryview):
                 f.write(content)
@@ -145,6 +150,39 @@ def write_at(dir_fd: int, name: str, content: Content, mode: int = FILE_MODE, sh
         with contextlib.suppress(OSError):
             os.unlink(tmp, dir_fd=dir_fd)
         raise
+
+
+def remove_stale_temps(dir_fd: int, pattern: str, min_age_s: float = STALE_TEMP_S) -> list[str]:
+    """Remove the temp files named like `pattern` in the open folder `dir_fd` that a killed write left: a link
+    or anything else not a plain file, and a plain file at least `min_age_s` old whose lock no live `write_at`
+    holds (another process writing to the same folder, a shard of the same run, keeps its own). Returns the
+    names removed; a folder so named is not ours to remove."""
+    with os.scandir(dir_fd) as entries:
+        names = [e.name for e in entries
+                 if fnmatch.fnmatchcase(e.name, pattern) and not e.is_dir(follow_symlinks=False)]
+    removed = []
+    for name in names:
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+        except FileNotFoundError:
+            continue
+        except OSError:  # a link (ELOOP) or an entry that cannot be opened: no write of ours
+            fd = -1
+        try:
+            if fd >= 0 and stat.S_ISREG(os.fstat(fd).st_mode):
+                if time.time() - os.fstat(fd).st_mtime < min_age_s:
+                    continue
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name, dir_fd=dir_fd)
+                removed.append(name)
+        finally:
+            if fd >= 0:
+                os.close(fd)
+    return removed
 
 
 def write_file(root: str | os.PathLike[str], rel: str | os.PathLike[str], content: Content,

@@ -136,7 +136,8 @@ def write_at(dir_fd: int, name: str, content: Content, mode: int = FILE_MODE, sh
         except FileExistsError:
             continue
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # held until the rename: remove_stale_temps leaves a locked file alone
+        with contextlib.suppress(OSError):  # a file system without locks: the age check alone protects it
+            fcntl.flock(fd, fcntl.LOCK_EX)  # held until the rename: remove_stale_temps leaves a locked file alone
         with os.fdopen(fd, "wb") as f:
             if isinstance(content, bytes | bytearray | memoryview):
                 f.write(content)
@@ -176,6 +177,8 @@ def remove_stale_temps(dir_fd: int, pattern: str, min_age_s: float = STALE_TEMP_
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     continue
+                except OSError:  # no locks on this file system: the age decides
+                    pass
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(name, dir_fd=dir_fd)
                 removed.append(name)

@@ -170,8 +170,9 @@ def remove_stale_temps(dir_fd: int, pattern: str, min_age_s: float = STALE_TEMP_
         except OSError:  # a link (ELOOP) or an entry that cannot be opened: no write of ours
             fd = -1
         try:
-            if fd >= 0 and stat.S_ISREG(os.fstat(fd).st_mode):
-                if time.time() - os.fstat(fd).st_mtime < min_age_s:
+            st = os.fstat(fd) if fd >= 0 else None
+            if st is not None and stat.S_ISREG(st.st_mode):
+                if time.time() - st.st_mtime < min_age_s:
                     continue
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -78,6 +78,8 @@ class Outcome:
     prompt_tokens: int = 0
     wall_s: float = 0.0
     error: str = ""
+    branch: dict[str, Any] = field(default_factory=dict)  # where the passing candidate left the given code
+    program: str = ""  # the passing program, as submitted
     notes: list[str] = field(default_factory=list)
 
 
@@ -112,7 +114,8 @@ def run_task(task: Task, server: Server, tok: Any, args: argparse.Namespace) -> 
     scored = server.complete([ids], 1, prompt_logprobs=args.top)
     out.prompt_tokens += int(scored["usage"]["prompt_tokens"])
     found = doubts(ids, scored["choices"][0]["prompt_logprobs"], len(head), args.positions, args.alternatives)
-    prefixes = [ids[:d.position] + [alt] for d in found for alt in d.others]
+    branches = [(d, alt) for d in found for alt in d.others]
+    prefixes = [ids[:d.position] + [alt] for d, alt in branches]
     if not prefixes:
         out.error = "no doubted token"
         return out
@@ -121,7 +124,7 @@ def run_task(task: Task, server: Server, tok: Any, args: argparse.Namespace) -> 
     out.completion_tokens += int(replies["usage"]["completion_tokens"])
     seen: set[str] = set()
     choices = sorted(replies["choices"], key=lambda c: int(c["index"]))
-    for choice, prefix in zip(choices, prefixes, strict=True):
+    for choice, prefix, (d, alt) in zip(choices, prefixes, branches, strict=True):
         text = tok.decode(prefix[len(head):]) + choice["text"]
         if "\ufffd" in text:
             out.notes.append("a candidate split a character")
@@ -134,7 +137,9 @@ def run_task(task: Task, server: Server, tok: Any, args: argparse.Namespace) -> 
                               float(md.get("timeout_s", 10.0)), helpers=str(md.get("helpers", "")))
         out.candidates += 1
         if res.passed:
-            out.solved, out.passing = True, out.candidates - 1
+            out.solved, out.passing, out.program = True, out.candidates - 1, fix.program(text)
+            out.branch = {"token": d.position - len(head), "code": tok.decode([ids[d.position]]),
+                          "model": tok.decode([alt]), "margin": round(d.margin, 3)}
             break
     out.wall_s = time.monotonic() - t0
     return out

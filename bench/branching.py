@@ -117,7 +117,7 @@ def run_task(task: Task, server: Server, tok: Any, args: argparse.Namespace) -> 
     branches = [(d, alt) for d in found for alt in d.others]
     prefixes = [ids[:d.position] + [alt] for d, alt in branches]
     if not prefixes:
-        out.error = "no doubted token"
+        out.error, out.wall_s = "no doubted token", time.monotonic() - t0
         return out
     replies = server.complete(prefixes, args.max_tokens, stop=STOP)
     out.prompt_tokens += int(replies["usage"]["prompt_tokens"])
@@ -143,6 +143,16 @@ def run_task(task: Task, server: Server, tok: Any, args: argparse.Namespace) -> 
             break
     out.wall_s = time.monotonic() - t0
     return out
+
+
+def guarded(task: Task, server: Server, tok: Any, args: argparse.Namespace) -> Outcome:
+    """`run_task`, with a fault of its own (a bad reply, a refused request) recorded as that task's error."""
+    t0 = time.monotonic()
+    try:
+        return run_task(task, server, tok, args)
+    except Exception as e:
+        return Outcome(task.id, error=f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}",
+                       wall_s=time.monotonic() - t0)
 
 
 def load(args: argparse.Namespace) -> list[Task]:
@@ -191,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
             url = json.loads((args.out / f"served-{spec.name}.yaml").read_text())["models"][0]["openai"]["base_url"]
             server = Server(url.removesuffix("/v1"))
             with ThreadPoolExecutor(args.concurrency) as pool, open(args.out / f"tasks-{spec.name}.jsonl", "w") as f:
-                for o in pool.map(lambda t: run_task(t, server, tok, args), tasks):
+                for o in pool.map(lambda t: guarded(t, server, tok, args), tasks):
                     outcomes.append(o)
                     f.write(json.dumps(o.__dict__) + "\n")
                     f.flush()
@@ -211,6 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| {spec.name} | {n} | {solved / max(n, 1):.3f} [{lo:.2f}, {hi:.2f}] | {solved} | "
           f"{sum(cand) / max(n, 1):.1f} | {completion:,.0f} | {wall:,.0f} |")
     print("solved: " + ", ".join(o.task for o in outcomes if o.solved))
+    faults = [f"{o.task} ({o.error})" for o in outcomes if o.error]
+    if faults:
+        print(f"{len(faults)} tasks ended in a fault, counted failed: " + "; ".join(faults))
     return 0
 
 

@@ -34,7 +34,9 @@ for p in (ROOT, ROOT / "bench"):
         sys.path.insert(0, str(p))
 
 from _machine import cpu_name  # noqa: E402
+from strategies import split_ids  # noqa: E402
 
+from agent_harness.backends.local import first_line  # noqa: E402
 from agent_harness.metrics import wilson_interval  # noqa: E402
 from agent_harness.types import Task  # noqa: E402
 
@@ -151,8 +153,7 @@ def guarded(task: Task, server: Server, tok: Any, args: argparse.Namespace) -> O
     try:
         return run_task(task, server, tok, args)
     except Exception as e:
-        return Outcome(task.id, error=f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}",
-                       wall_s=time.monotonic() - t0)
+        return Outcome(task.id, error=first_line(e)[:200], wall_s=time.monotonic() - t0)
 
 
 def load(args: argparse.Namespace) -> list[Task]:
@@ -160,8 +161,8 @@ def load(args: argparse.Namespace) -> list[Task]:
     from agent_harness.scenarios.base import TaskQuery
 
     tasks = get_scenario("humanevalfix").load_tasks(TaskQuery(n=args.n, dataset_path=args.dataset_path))
-    if args.split != "all":
-        tasks = [t for i, t in enumerate(tasks) if i % 2 == (args.split == "odd")]
+    keep = set(split_ids(args.split, len(tasks)))
+    tasks = [t for i, t in enumerate(tasks) if i in keep]
     if args.tasks:
         want = set(args.tasks.split(","))
         tasks = [t for t in tasks if t.id in want]

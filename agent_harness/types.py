@@ -63,7 +63,9 @@ class GenParams:
     `generate(..., seeds=...)`. `chat_template`: a Jinja template that renders these requests instead
     of the model's own (the calibrated single-shot's bigcode recipe); None: the model's. `tools`: the
     native protocol's tools, rendered by the chat template (local backends, token-id mode) or sent as
-    the API's `tools` (chat mode); empty for the text protocol.
+    the API's `tools` (chat mode); empty for the text protocol. `prompt_logprobs` > 0 makes the request a
+    scoring one: nothing is generated, and the reply's `scores` hold each token of the conversation's last
+    (assistant) message with that many of the tokens the model would rather have put there (vLLM's name).
     """
 
     max_tokens: int = 512
@@ -73,6 +75,7 @@ class GenParams:
     seed: int | None = None
     chat_template: str | None = None
     tools: tuple[ToolSpec, ...] = ()  # native protocol: the tools the template (or server) is given, as `tools=`
+    prompt_logprobs: int = 0  # > 0: score the prefilled reply instead of continuing it (`Completion.scores`)
 
     @property
     def greedy(self) -> bool:
@@ -80,6 +83,18 @@ class GenParams:
 
 
 FinishReason = Literal["stop", "length", "error"]
+
+
+@dataclass(frozen=True)
+class TokenScore:
+    """One token of a prefilled reply as the model scored it (`GenParams.prompt_logprobs`): where its text
+    starts in the message's content, the text, its log-probability, and the other tokens the model ranked
+    highest at that place, best first, as (text, log-probability)."""
+
+    start: int
+    text: str
+    logprob: float
+    others: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -104,6 +119,7 @@ class Completion:
     endpoint: str | None = None  # the server that answered (openai backend with several base URLs)
     error: str | None = None  # no usable reply (a server's bad reply, one line): the episode ends with it
     tool_calls: tuple[NativeCall, ...] = ()  # structured calls a server parsed out of the reply (native protocol)
+    scores: tuple[TokenScore, ...] = ()  # a scoring request's reply (`GenParams.prompt_logprobs`); else empty
 
     def token_counts(self) -> dict[str, int]:
         """The trace step's ``tokens`` record; an unknown count is left out."""

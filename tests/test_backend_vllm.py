@@ -205,6 +205,31 @@ def test_greedy_agrees_with_transformers(vllm_backend: VLLMBackend, hf_backend: 
     assert [c.prompt_tokens for c in v] == [c.prompt_tokens for c in h]
 
 
+SCORED: Conversation = [{"role": "user", "content": "Fix bugs in add."},
+                        {"role": "assistant", "content": "def add(a, b):\n    return a - b\n"}]
+
+
+@pytest.mark.vllm
+@pytest.mark.model
+def test_scores_agree_with_transformers(vllm_backend: VLLMBackend, hf_backend: HFBackend) -> None:
+    """A prefilled reply scored in process by vLLM (`prompt_logprobs`) and by one transformers forward pass: the
+    same tokens at the same places, the same log-probabilities (fp32), the model's preferred others alike."""
+    params = GenParams(max_tokens=1, prompt_logprobs=5)
+    [v] = complete_all(vllm_backend, [SCORED], params)
+    [h] = complete_all(hf_backend, [SCORED], params)
+    assert v.error is None and h.error is None and v.completion_tokens == h.completion_tokens == 0
+    content = SCORED[-1]["content"]
+    assert [(s.start, s.text) for s in v.scores] == [(s.start, s.text) for s in h.scores]
+    assert "".join(s.text for s in v.scores) == content[v.scores[0].start:] and v.scores[0].start <= 4
+    for a, b in zip(v.scores, h.scores, strict=True):
+        assert a.logprob == pytest.approx(b.logprob, abs=2e-3)
+        assert 4 <= len(a.others) <= 5 and 4 <= len(b.others) <= 5  # the top 5 less the token itself
+        if a.others[0][1] - a.others[1][1] > 0.05:  # no near tie: the same best other
+            assert a.others[0][0] == b.others[0][0]
+    minus = next(s for s in v.scores if s.text == " -")
+    assert content[minus.start:].startswith(" - b")
+
+
 @pytest.mark.vllm
 def test_observation_text_never_becomes_control_tokens(vllm_backend: VLLMBackend) -> None:
     observation_stays_text(vllm_backend)

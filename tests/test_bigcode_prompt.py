@@ -249,7 +249,7 @@ def test_single_shot_and_single_shot_chat_through_the_cli(tmp_path: Path) -> Non
         calibrated = scenario == "humanevalfix-single_shot"
         assert t["agent"]["strategy"] == t["agent"]["mode"] == ("single_shot" if calibrated else "single_shot_chat")
         assert ("single_shot" in t["agent"]) is calibrated and ("prefill" in t["prompt"]) is calibrated
-        assert t["schema_version"] == "1.9"
+        assert t["schema_version"] == "1.10"
         if calibrated:
             recipe = "codeqwen" if model == "shot" else "model_chat_template"
             assert t["agent"]["single_shot"] == {"prompt": "bigcode", "recipe": recipe}

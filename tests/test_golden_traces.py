@@ -17,7 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).parent / "data" / "golden_traces"
 STRATEGIES = ("react", "reflect", "single-shot", "single-shot-chat", "reflect-react", "search", "reflect-search",
-              "best-of-n", "best-of-n-search")
+              "best-of-n", "best-of-n-search", "branch", "branch-search")
 # Each stored set: its folder under GOLDEN and the run's flags (the tool strategies in both protocols).
 RUNS = {**{s: ("--agent", s) for s in STRATEGIES},
         **{f"{s}-native": ("--agent", s, "--protocol", "native")

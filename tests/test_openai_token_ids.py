@@ -188,3 +188,58 @@ def test_cli_run_records_the_encoding_and_sends_ids(tmp_path: Path, server: Fake
     turns = [s["tokens"]["prompt"] for s in trace["steps"] if "tokens" in s]
     assert turns == [len(p) for p in prompts]
     assert "ids reply" in tok.decode(prompts[1])  # the first reply is in the second prompt, as text
+
+
+# -- scoring a prefilled reply (--agent branch): vLLM's `prompt_logprobs` ------------------------------------------
+
+SCORED = [{"role": "user", "content": "Fix bugs in add."}, {"role": "assistant", "content": "def add(a, b):\n    return a - b\n"}]
+
+
+def scoring_reply(tok: Any, hostile: bool = False) -> Any:
+    """A `vllm serve` completions reply with `prompt_logprobs`: each prompt token scored -1.0, with the id of
+    " +" preferred at -0.25 (or, `hostile`, a key that is no token id)."""
+    plus = tok(" +", add_special_tokens=False)["input_ids"][0]
+
+    def script(n: int, body: dict[str, Any]) -> Reply:
+        ids = body["prompt"]
+        rows: list[Any] = [None] + [{str(t): {"logprob": -1.0, "rank": 2}, str(plus): {"logprob": -0.25, "rank": 1}}
+                                    for t in ids[1:]]
+        if hostile:
+            rows[-1] = {"<|im_start|>": {"logprob": -0.1}}
+        return 200, {}, {"choices": [{"index": 0, "text": "x", "finish_reason": "length", "prompt_logprobs": rows}],
+                         "usage": {"prompt_tokens": len(ids), "completion_tokens": 1}}
+
+    return script
+
+
+def test_scoring_sends_the_ids_with_prompt_logprobs_and_aligns_the_reply(tmp_path: Path, server: FakeServer,
+                                                                         folder: Path, tok: Any) -> None:
+    server.script = scoring_reply(tok)
+    backend = load_backend(registry_spec(tmp_path, server.base_url, tokenizer=str(folder)))
+    [c] = complete_all(backend, [SCORED], GenParams(max_tokens=50, prompt_logprobs=3))
+    backend.close()
+    [req] = server.requests
+    assert req["path"] == "/v1/completions" and req["body"]["prompt_logprobs"] == 3
+    assert req["body"]["max_tokens"] == 1 and "stream" not in req["body"]
+    assert c.error is None and c.text == "" and c.completion_tokens == 0
+    content = SCORED[-1]["content"]
+    assert "".join(s.text for s in c.scores) == content[c.scores[0].start:]
+    minus = next(s for s in c.scores if s.text == " -")
+    assert content[minus.start:].startswith(" - b") and minus.logprob == -1.0 and minus.others == ((" +", -0.25),)
+
+
+def test_a_hostile_scoring_reply_ends_the_episode_not_the_run(tmp_path: Path, server: FakeServer, folder: Path,
+                                                              tok: Any) -> None:
+    server.script = scoring_reply(tok, hostile=True)
+    backend = load_backend(registry_spec(tmp_path, server.base_url, tokenizer=str(folder)))
+    [c] = complete_all(backend, [SCORED], GenParams(max_tokens=50, prompt_logprobs=3))
+    backend.close()
+    assert c.error is not None and "prompt_logprobs" in c.error and "\n" not in c.error and c.scores == ()
+
+
+def test_scoring_without_a_tokenizer_is_refused(tmp_path: Path, server: FakeServer) -> None:
+    backend = load_backend(registry_spec(tmp_path, server.base_url))
+    with pytest.raises(ConfigError, match="set openai.tokenizer"):
+        complete_all(backend, [SCORED], GenParams(max_tokens=50, prompt_logprobs=3))
+    backend.close()
+    assert server.requests == []

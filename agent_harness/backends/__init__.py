@@ -81,6 +81,15 @@ def load_backend(spec: ModelSpec, force: str | None = None) -> Backend:
     raise AssertionError("unreachable")
 
 
+def scores_replies(spec: ModelSpec, force: str | None = None) -> bool:
+    """Whether the backend `spec` runs on can score a prefilled reply (`GenParams.prompt_logprobs`): the local
+    ones and the scripted one can; an OpenAI-compatible server only with prompts sent as token ids."""
+    name = force or spec.backend
+    if name == "openai":
+        return spec.openai is not None and spec.openai.tokenizer is not None
+    return name in ("vllm", "transformers", "scripted")
+
+
 def resolve_backend_name(spec: ModelSpec) -> tuple[str, str | None]:
     """The backend `load_backend` would try first to succeed, without loading anything."""
     import importlib.util

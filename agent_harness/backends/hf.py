@@ -20,14 +20,16 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import BackendUnavailable, ConfigError, MissingExtraError
+from ..errors import BackendError, BackendUnavailable, ConfigError, MissingExtraError
 from ..settings import get_settings
 from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams, RequestMeta, ToolSpec
+from . import scoring
 from .batching import Batcher
 from .local import (
     Row,
     complete,
     compute_dtype,
+    context_full,
     cpu_ids,
     encode,
     first_line,
@@ -53,6 +55,12 @@ DEFAULT_MAX_BATCH_TOKENS = {"cpu": 48_000, "cuda": 400_000}
 DEFAULT_KV_CACHE_MB = {"cpu": 2048, "cuda": 8192}
 # Before a batch, wait for the last batch's callers for at most this share of its run time (batching.py).
 GATHER = 0.25
+
+
+def _failed(msg: str, prompt_tokens: int | None, t0: float) -> Completion:
+    """No usable reply for this request: its episode ends with `msg`, the run goes on."""
+    log.warning("%s", msg)
+    return Completion("", prompt_tokens, None, "error", time.perf_counter() - t0, cached_tokens=None, error=msg)
 
 
 class HFBackend:
@@ -213,6 +221,8 @@ class HFBackend:
 
         if self.model is None:
             raise BackendUnavailable(f"transformers backend for '{self.spec.name}' is closed")
+        if params.prompt_logprobs:
+            return [self._score(c, params) for c in conversations]
         results, rows = plan_rows(lambda c: self.encode(c, params.chat_template, params.tools), conversations, params,
                                   seeds, self.spec.context_length)
         stops = stop_strings(params)
@@ -232,6 +242,36 @@ class HFBackend:
             for row, comp in zip(batch, done, strict=True):
                 results[row.index] = comp
         return complete(results)
+
+    def _score(self, conversation: Conversation, params: GenParams) -> Completion:
+        """A scoring request: one forward pass over the prompt, the prefilled reply's tokens scored."""
+        import torch
+
+        t0 = time.perf_counter()
+        scoring.check(conversation, params)
+        try:
+            ids, first = scoring.message_start(lambda c: self.encode(c, params.chat_template, params.tools),
+                                               conversation)
+        except Exception as e:
+            return _failed(f"cannot encode the prompt: {first_line(e)}", None, t0)
+        if len(ids) >= self.spec.context_length:
+            return context_full(len(ids))
+        assert self.model is not None
+        with torch.inference_mode():
+            logits = self.model(torch.tensor([ids], device=self.model.device)).logits[0].float()
+        logp = torch.log_softmax(logits, dim=-1)
+        top = torch.topk(logp, params.prompt_logprobs, dim=-1)
+        rows: list[dict[int, float] | None] = [None] * len(ids)
+        for j in range(max(first, 1), len(ids)):  # position j is predicted by the logits at j - 1
+            row = dict(zip(top.indices[j - 1].tolist(), top.values[j - 1].tolist(), strict=True))
+            row[ids[j]] = float(logp[j - 1, ids[j]])
+            rows[j] = row
+        try:
+            scores = scoring.token_scores(scoring.decoder(self.tokenizer), ids, first, conversation[-1]["content"],
+                                          rows, params.prompt_logprobs)
+        except BackendError as e:
+            return _failed(str(e), len(ids), t0)
+        return Completion("", len(ids), 0, "stop", time.perf_counter() - t0, scores=scores)
 
     def _run(self, batch: list[Row], params: GenParams, stops: tuple[str, ...]) -> list[Completion]:
         # Sampling always takes our decode loop: transformers' generate draws every row from one global RNG.

@@ -63,6 +63,7 @@ from .. import secrets
 from ..errors import BackendError, BackendUnavailable, ConfigError, MissingExtraError
 from ..settings import get_settings
 from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams, RequestMeta
+from . import scoring
 from .endpoint_pool import Endpoint, EndpointPool, Outcome
 from .local import context_full, first_line, new_token_budget
 from .openai_http import LoopClients, StreamCut, read_head, read_reply, retry_after
@@ -164,8 +165,14 @@ class OpenAIBackend:
         BackendUnavailable when retries are spent or the server refused the request (4xx)."""
         if params.max_tokens < 1:
             raise ConfigError(f"max_tokens must be >= 1, got {params.max_tokens}")
+        if params.prompt_logprobs and self.prompts.tokenizer is None:
+            raise ConfigError(f"model '{self.spec.name}': scoring a reply (--agent branch) needs prompt token ids: "
+                              "set openai.tokenizer (a vllm serve's completions API; chat APIs have no "
+                              "prompt log-probabilities)")
         lc = self.clients.get()
         async with lc.slots:
+            if params.prompt_logprobs:
+                return await self._score(lc.client, list(conversation), params)
             return await self._one(lc.client, list(conversation), params, stop_strings(params))
 
     def stats(self) -> dict[str, float]:
@@ -226,6 +233,42 @@ class OpenAIBackend:
         return Completion(text=text, prompt_tokens=prompt, completion_tokens=completion, finish_reason=finish,
                           latency_s=time.perf_counter() - t0, cached_tokens=cached, endpoint=ep.base_url,
                           tool_calls=reply.tool_calls)
+
+    async def _score(self, client: httpx.AsyncClient, conv: Conversation, params: GenParams) -> Completion:
+        """A scoring request: the prompt's ids with vLLM's `prompt_logprobs`, one token generated and dropped."""
+        t0 = time.perf_counter()
+        scoring.check(conv, params)
+        try:
+            ids, first = scoring.message_start(
+                lambda c: list(self.prompts.prompt(c, params.chat_template, params.tools).fields["prompt"]), conv)
+        except Exception as e:
+            return self._failed(BadReply(f"cannot encode the prompt: {one_line(first_line(e))}"), t0)
+        if len(ids) >= self.spec.context_length:
+            return context_full(len(ids))
+        body = {"model": self.endpoint.model, "prompt": ids, "max_tokens": 1, "temperature": 0.0,
+                "prompt_logprobs": params.prompt_logprobs}
+        caps = ReplyCaps.for_tokens(len(ids) * (params.prompt_logprobs + 1))
+        tries = _Tries(asyncio.get_running_loop().time() + self.endpoint.deadline_s, url=self.url)
+        try:
+            async with asyncio.timeout_at(tries.deadline):
+                reply, ep = await self._post(client, body, caps, tries)
+            if reply.prompt_logprobs is None:
+                raise BadReply(f"{ep.url}: the reply has no prompt_logprobs (not a vllm serve?)")
+            if len(reply.prompt_logprobs) != len(ids):
+                raise BadReply(f"{ep.url}: prompt_logprobs for {len(reply.prompt_logprobs)} tokens, "
+                               f"the prompt has {len(ids)}")
+            scores = scoring.token_scores(scoring.decoder(self.prompts.tokenizer), ids, first, conv[-1]["content"],
+                                          reply.prompt_logprobs, params.prompt_logprobs)
+        except TimeoutError:
+            return self._failed(BadReply(self._late(tries)), t0)
+        except ContextTooLong as e:
+            log.warning("%s", e)
+            return Completion("", len(ids), 0, "length", time.perf_counter() - t0)
+        except BackendError as e:  # BadReply included
+            return self._failed(BadReply(str(e)), t0)
+        prompt, _, cached = usage_counts(reply.usage, 1, len(ids))
+        return Completion("", prompt, 0, "stop", time.perf_counter() - t0, cached_tokens=cached,
+                          endpoint=ep.base_url, scores=scores)
 
     @staticmethod
     def _failed(e: BadReply, t0: float) -> Completion:

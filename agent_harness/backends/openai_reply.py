@@ -31,6 +31,7 @@ from ..secrets import redact, redact_head
 from ..text import safe_text
 from ..traces.jsontext import too_deep
 from ..types import NativeCall
+from .scoring import Row, served_rows
 
 MAX_DEPTH = 32  # an OpenAI reply nests about 5 deep
 BASE_BYTES = 64 << 10  # the envelope, role and usage chunks, keep-alive comments
@@ -84,6 +85,7 @@ class Reply:
     finish_reason: str | None
     usage: dict[str, Any] | None
     tool_calls: tuple[NativeCall, ...] = ()
+    prompt_logprobs: tuple[Row, ...] | None = None  # vLLM's, when the request asked for them (`scoring`)
 
 
 def one_line(text: str, limit: int = MESSAGE_CHARS) -> str:
@@ -214,7 +216,11 @@ def body_reply(data: Any, caps: ReplyCaps) -> Reply:
     calls = _tool_calls(message.get("tool_calls"), "message") if message else ()
     if len(text) + sum(len(c.name) + len(c.arguments) for c in calls) > caps.chars:
         raise _too_long(caps)
-    return _redacted(Reply(text, _finish(choice, "choices[0]"), _usage(data), calls))
+    try:
+        scored = served_rows(choice.get("prompt_logprobs"), caps.chars)
+    except ValueError as e:
+        raise BadReply(f"reply.choices[0].prompt_logprobs: {e}") from None
+    return _redacted(Reply(text, _finish(choice, "choices[0]"), _usage(data), calls, scored))
 
 
 @dataclass
@@ -307,7 +313,7 @@ class StreamReply:
 def _redacted(reply: Reply) -> Reply:
     """`reply` with registered secrets redacted from its text and tool calls (a server may echo them)."""
     calls = tuple(NativeCall(redact(c.name), redact(c.arguments), c.id and redact(c.id)) for c in reply.tool_calls)
-    return Reply(redact(reply.text), reply.finish_reason, reply.usage, calls)
+    return Reply(redact(reply.text), reply.finish_reason, reply.usage, calls, reply.prompt_logprobs)
 
 
 def _json_bytes(value: Any) -> int:

@@ -29,6 +29,8 @@ batching; the replies never depend on the batch.
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 import time
@@ -37,7 +39,18 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ..jsonl import read_jsonl
-from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams, NativeCall, RequestMeta
+from ..types import (
+    BackendInfo,
+    Completion,
+    Conversation,
+    FinishReason,
+    GenParams,
+    NativeCall,
+    RequestMeta,
+    Task,
+    TokenScore,
+)
+from . import scoring
 from .batching import Batcher
 from .stops import cut_at_stop, stop_strings
 
@@ -113,6 +126,10 @@ class ScriptedBackend:
         forced = prefill if native else None
         if meta is not None and meta.strategy not in ("react", "search") and self.mode in ("oracle", "null"):
             writes = [c["args"]["content"] for c in meta.task.oracle if c["tool"] == "write_file"]
+            given = _given(meta.task)
+            if (self.mode == "oracle" and meta.strategy == "branch" and meta.candidate == 0 and prefill is not None
+                    and given is not None and given.startswith(prefill)):
+                return given[len(prefill):]  # the greedy program copies the code it was shown
             if self.mode == "oracle" and writes and prefill is not None and writes[-1].startswith(prefill):
                 return writes[-1][len(prefill):]
             if self.mode == "oracle" and writes:
@@ -157,6 +174,13 @@ class ScriptedBackend:
         out = []
         for conv, meta in zip(conversations, metas, strict=True):
             start = time.perf_counter()
+            if params.prompt_logprobs:
+                scoring.check(conv, params)
+                scores = self._scores(conv[-1]["content"], meta) if self.mode == "oracle" else _tokens(
+                    conv[-1]["content"], {})
+                out.append(Completion("", sum(len(m["content"].split()) for m in conv), 0, "stop",
+                                      time.perf_counter() - start, scores=scores))
+                continue
             said = self._reply(conv, meta, native=bool(params.tools))
             text, calls = said if isinstance(said, tuple) else (said, ())
             # Stop strings apply as they would for a real model.
@@ -179,8 +203,40 @@ class ScriptedBackend:
             )
         return out
 
+    def _scores(self, content: str, meta: RequestMeta | None) -> tuple[TokenScore, ...]:
+        """The oracle's scores of a prefilled reply: the word of `content` where it leaves the reference file is
+        doubted (the reference's word preferred) and, more strongly, its last word (a decoy: `pass` preferred),
+        so a search over doubts tries a wrong branch before the right one."""
+        writes = [c["args"]["content"] for c in meta.task.oracle if c["tool"] == "write_file"] if meta else []
+        words = list(_WORD.finditer(content))
+        if not writes or not words:
+            return _tokens(content, {})
+        ref = writes[-1]
+        doubts: dict[int, list[tuple[str, float]]] = {words[-1].start(): [("pass", -0.1)]}
+        n = len(os.path.commonprefix([content, ref]))
+        at = next((m.start() for m in words if m.start() <= n < m.end()), None)
+        fix = _WORD.match(ref, at) if at is not None else None
+        if at is not None and fix is not None and fix.group():
+            doubts.setdefault(at, []).append((fix.group(), -0.3))
+        return _tokens(content, doubts)
+
     def close(self) -> None:
         self._batcher.close()
+
+
+_WORD = re.compile(r"\s*\S+|\s+")
+
+
+def _tokens(content: str, doubts: dict[int, list[tuple[str, float]]]) -> tuple[TokenScore, ...]:
+    """`content` in words, each with log-probability -0.5; a word starting at a doubt's offset has its others."""
+    return tuple(TokenScore(m.start(), m.group(), -0.5, tuple(doubts.get(m.start(), ())))
+                 for m in _WORD.finditer(content))
+
+
+def _given(task: Task) -> str | None:
+    """The file the oracle's last write replaces, as the task gives it."""
+    paths = [c["args"].get("path") for c in task.oracle if c["tool"] == "write_file"]
+    return task.files.get(paths[-1]) if paths and isinstance(paths[-1], str) else None
 
 
 def slow_start(delay_s: float) -> None:

@@ -47,10 +47,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import BackendUnavailable, ConfigError, MissingExtraError
+from ..errors import BackendError, BackendUnavailable, ConfigError, MissingExtraError
 from ..settings import get_settings
 from ..traces.files import open_append
 from ..types import BackendInfo, Completion, Conversation, FinishReason, GenParams, RequestMeta, ToolSpec
+from . import scoring
 from .engine_process import read_log, root_cause
 from .local import context_full, encode, first_line, load_tokenizer, new_token_budget, require_torch
 from .stops import cut_at_stop, stop_strings
@@ -166,6 +167,8 @@ class VLLMBackend:
         if not engine.alive:
             raise BackendUnavailable(f"the vllm engine of '{name}' is gone: {engine.cause() or 'no error in its log'}")
         t0 = time.perf_counter()
+        if params.prompt_logprobs:
+            return await self._score(conversation, params, t0)
         try:
             ids = self.encode(conversation, params.chat_template, params.tools)
         except Exception as e:  # the template refused this conversation, or cannot keep its text as text
@@ -195,6 +198,43 @@ class VLLMBackend:
         return Completion(text=text, prompt_tokens=len(ids), completion_tokens=len(choice.token_ids),
                           finish_reason=finish, latency_s=time.perf_counter() - t0,
                           cached_tokens=out.num_cached_tokens or 0)
+
+    async def _score(self, conversation: Conversation, params: GenParams, t0: float) -> Completion:
+        """A scoring request: the prefilled reply's tokens with vLLM's prompt log-probabilities, nothing generated."""
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        engine = self.engine
+        assert engine is not None
+        scoring.check(conversation, params)
+        try:
+            ids, first = scoring.message_start(lambda c: self.encode(c, params.chat_template, params.tools),
+                                               conversation)
+        except Exception as e:
+            return self._failed(f"cannot encode the prompt: {first_line(e)}", None, t0)
+        if len(ids) >= self.spec.context_length:
+            return context_full(len(ids))
+        sampling = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=params.prompt_logprobs,
+                                  output_kind=RequestOutputKind.FINAL_ONLY)
+        try:
+            out = await engine.generate(ids, sampling)
+        except EngineDeadError:
+            raise BackendUnavailable(f"the vllm engine of '{self.spec.name}' died: "
+                                     f"{engine.cause() or 'no error in its log'}") from None
+        except (ValueError, TypeError) as e:
+            return self._failed(f"the vllm engine refused the request: {first_line(e)}", len(ids), t0)
+        found = out.prompt_logprobs if out is not None else None
+        if not found:
+            return self._failed("the vllm engine gave no prompt log-probabilities", len(ids), t0)
+        rows = [None if r is None else {int(k): float(v.logprob) for k, v in r.items()} for r in found]
+        try:
+            scores = scoring.token_scores(scoring.decoder(self.tokenizer), ids, first, conversation[-1]["content"],
+                                          rows, params.prompt_logprobs)
+        except BackendError as e:
+            return self._failed(str(e), len(ids), t0)
+        return Completion(text="", prompt_tokens=len(ids), completion_tokens=0, finish_reason="stop",
+                          latency_s=time.perf_counter() - t0, cached_tokens=out.num_cached_tokens or 0, scores=scores)
 
     @staticmethod
     def _failed(msg: str, prompt_tokens: int | None, t0: float) -> Completion:

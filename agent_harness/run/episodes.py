@@ -5,10 +5,11 @@
 each turn sampled K times, every candidate tried against the visible tests on a scratch copy), `reflect`
 (whole-function proposals tested and reflected on), `reflect_react`, `reflect_search` and `best_of_n_search`
 (chain.py: reflect or best-of-n, then the tool agent), `single_shot` (bigcode's recipe), `best_of_n` (best_of_n.py:
-single-shot sampled K times, each program tried against the visible tests) and `single_shot_chat` (one chat
-answer). `extract` pulls the code out of a completion. `STRATEGIES` is the one registry: each strategy's
-name, builder, trace folder, command-line spelling and what it needs of a scenario; `default_strategy` picks
-a scenario's default.
+single-shot sampled K times, each program tried against the visible tests), `branch` and `branch_search`
+(branch.py: programs branched where the model doubts the given code; the chain adds the search) and
+`single_shot_chat` (one chat answer). `extract` pulls the code out of a completion. `STRATEGIES` is the one
+registry: each strategy's name, builder, trace folder, command-line spelling and what it needs of a scenario;
+`default_strategy` picks a scenario's default.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ..errors import ConfigError
 from ..sandbox.workspace import Workspace
 from ..scenarios import SingleShot
 from ..strategies.best_of_n import BestOfNEpisode
+from ..strategies.branch import BranchEpisode
 from ..strategies.chain import Chain
 from ..strategies.config import AgentConfig, ReflectConfig
 from ..strategies.react import Episode
@@ -83,6 +85,7 @@ class StrategyInfo:
     uses_tools: bool = False  # runs the tool agent: --protocol applies
     searches: bool = False  # runs the tool agent's search: the SEARCH_ONLY settings apply
     opens: bool = False  # opens with best-of-n (--opening-candidates): the OPENING_ONLY settings apply
+    scores: bool = False  # reads the model's log-probabilities of a given reply: the backend must give them
 
     def recorded(self, agent: AgentConfig) -> AgentConfig:
         """`agent` as this strategy's traces record it (the settings it never reads as before they existed)."""
@@ -163,6 +166,17 @@ def _best_of_n_search(inp: EpisodeInputs, scenario: Any, ws: Workspace, params: 
                  search=True, opening=opening)
 
 
+def _branch(inp: EpisodeInputs, scenario: Any, ws: Workspace, params: GenParams) -> BranchEpisode:
+    return BranchEpisode(inp.task, ws, _first_seed(inp, params), scenario, inp.model.bigcode_prompt,
+                         candidates=inp.agent.opening_candidates, options=inp.agent.tool_options,
+                         run_seed=inp.run_seed, sample=inp.sample)
+
+
+def _branch_search(inp: EpisodeInputs, scenario: Any, ws: Workspace, params: GenParams) -> AnyEpisode:
+    return Chain(inp.task, ws, params, scenario, None, inp.agent, inp.model.temperature_schedule, inp.sample,
+                 search=True, opening=_branch(inp, scenario, ws, params))
+
+
 def _first_seed(inp: EpisodeInputs, params: GenParams) -> GenParams:
     return replace(params, seed=request_seed(inp.run_seed, inp.task.id, inp.sample, 0))
 
@@ -189,6 +203,14 @@ STRATEGIES: dict[str, StrategyInfo] = {s.name: s for s in (
     StrategyInfo("best_of_n_search", _best_of_n_search, "best-of-n (--opening-candidates programs); when none "
                  "passes, the tool agent's search (--handoff: from the files as given or best-of-n's best)",
                  "-best_of_n_search", (CALIBRATED,), uses_tools=True, searches=True, opens=True),
+    StrategyInfo("branch", _branch, "single-shot's answer, then the given code branched where the model most "
+                 "doubts it (--opening-candidates programs: at each doubted token one of its 2 preferred tokens, "
+                 "the rest completed greedily), each tried against the visible tests; the first that passes is "
+                 "submitted. Needs a backend that scores a reply (vllm, transformers, openai with a tokenizer)",
+                 "-branch", (CALIBRATED,), opens=True, scores=True),
+    StrategyInfo("branch_search", _branch_search, "branch; when no program passes, the tool agent's search "
+                 "(--handoff as best-of-n-search)", "-branch_search", (CALIBRATED,), uses_tools=True,
+                 searches=True, opens=True, scores=True),
 )}
 
 # The defaults, best first as measured on the split nobody tuned on (docs/results.md "The untuned split": on

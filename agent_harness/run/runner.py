@@ -17,8 +17,9 @@ from collections import Counter
 from typing import Any
 
 from .. import stop
-from ..backends import load_backend
+from ..backends import load_backend, scores_replies
 from ..backends.engine_process import children, reap
+from ..errors import ConfigError
 from ..registry import ModelSpec
 from ..traces.files import append_text
 from ..types import Backend
@@ -84,6 +85,16 @@ def start_backend(spec: ModelSpec, force: str | None) -> Backend:
         raise
 
 
+def refuse_unscored(spec: ModelSpec, force: str | None, jobs: list[Job]) -> None:
+    """A strategy that reads the model's log-probabilities of a given reply (branch) on a backend that cannot
+    give them is refused before any model loads, in one line."""
+    needs = sorted({STRATEGIES[j.strategy].flag for j in jobs if STRATEGIES[j.strategy].scores})
+    if needs and not scores_replies(spec, force):
+        raise ConfigError(f"model '{spec.name}': --agent {needs[0]} reads the model's log-probabilities of a given "
+                          f"reply, which its backend ({force or spec.backend}) cannot give; it needs vllm, "
+                          "transformers, or openai with openai.tokenizer set (a vllm serve: prompts as token ids)")
+
+
 def _run_models(cfg: RunConfig, embedder: Any) -> dict[str, list[Job]]:
     """Every model's pending episodes, one model at a time; returns each model's planned jobs."""
     import json
@@ -95,6 +106,8 @@ def _run_models(cfg: RunConfig, embedder: Any) -> dict[str, list[Job]]:
     if cfg.resume:
         report_resume(counts)
     report_set_aside(counts)
+    for spec in cfg.models:
+        refuse_unscored(spec, cfg.backend, todo[spec.name])
     for spec in cfg.models:
         stop.check()
         pending = todo[spec.name]

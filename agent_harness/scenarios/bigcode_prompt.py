@@ -90,6 +90,13 @@ class FixPrompt:
     prompt_base: str  # the declaration (tests variant) or the prompt with its docstring (docs variant)
     context: str  # what the user turn shows after the instruction
     entry_point: str
+    given: str = ""  # the code to fix after the prompt base (the row's buggy solution)
+
+    @property
+    def copied(self) -> str:
+        """The assistant turn a model that copied the code it was shown would write: the prompt base and the
+        given code (the branch strategy reads the model's doubts of it)."""
+        return self.prompt_base + self.given
 
     @property
     def user(self) -> str:
@@ -121,7 +128,7 @@ class FixPrompt:
 def fix_prompt(prompt_base: str, buggy_solution: str, test: str, entry_point: str, docs: bool) -> FixPrompt:
     """The recipe's pieces from a row's fields; `docs`: the docs variant (no tests in the context)."""
     context = prompt_base + buggy_solution + ("" if docs else "\n" + test)
-    return FixPrompt(prompt_base, context, entry_point)
+    return FixPrompt(prompt_base, context, entry_point, buggy_solution)
 
 
 def task_prompt(task: Task) -> FixPrompt:

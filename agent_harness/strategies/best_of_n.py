@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import UnusableReply
 from ..text import error_text
 from ..tools import ToolOptions
-from ..traces.steps import Candidate, Verdict, reply_record
+from ..traces.steps import BranchPoint, Candidate, Verdict, reply_record
 from ..types import Completion, RequestMeta
 from .asking import Request, ask_all
 from .history import test_record
@@ -40,6 +40,13 @@ class Sample:
     verdict: Verdict = "not_tried"
     trial: Trial | None = None
     note: str = ""
+    branch: BranchPoint | None = None  # branch: the doubt it branched at; its prefill's text after the fix's own
+    prefix: str = ""
+
+    @property
+    def text(self) -> str:
+        """The completion of the fix's prefill: the branch's prefix, then the reply."""
+        return self.prefix + self.reply.text
 
     @property
     def rank(self) -> tuple[int, int, int, int]:
@@ -63,7 +70,7 @@ class BestOfNEpisode(SingleShotEpisode):
         samples = self._try_all([Sample(n, r, c) for n, (r, c) in enumerate(zip(requests, replies, strict=True))])
         best = max(samples, key=lambda s: s.rank)
         self._record(samples, best)
-        self.advance(best.reply)
+        self.advance(best.reply, best.prefix)
         if best.verdict == "passed":
             self.final = f"candidate {best.n} passes the visible tests"
 
@@ -89,7 +96,7 @@ class BestOfNEpisode(SingleShotEpisode):
             if s.reply.error is not None:
                 s.verdict, s.note = "fault", f"no usable reply: {s.reply.error}"
                 continue
-            module = self.fix.module(s.reply.text)
+            module = self.fix.module(s.text)
             if module in seen:
                 s.verdict, s.trial = seen[module].verdict, seen[module].trial
             else:
@@ -121,9 +128,10 @@ class BestOfNEpisode(SingleShotEpisode):
         for s in samples:
             chosen = s is best
             reply: dict[str, Any] = {} if chosen else dict(reply_record(s.reply))
-            text = s.note or self.fix.program(s.reply.text)
+            text = s.note or self.fix.program(s.text)
             self._add(Candidate(**self._at(), text=text, candidate=s.n, chosen=chosen, verdict=s.verdict,
                                 tests=test_record(s.trial.result) if s.trial else None,
-                                seed=s.request[1].seed, temperature=s.request[1].temperature, **reply))
+                                seed=s.request[1].seed, temperature=s.request[1].temperature, branch=s.branch,
+                                **reply))
             if not chosen:
                 self._count(s.reply)

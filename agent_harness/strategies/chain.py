@@ -1,7 +1,7 @@
 """Chains: a first phase, then the tool agent. `reflect_react` and `reflect_search` begin with the reflect
 loop, `best_of_n_search` with best-of-n (`opening_candidates` programs sampled at once, each tried against
-the visible tests); when the first phase ends without a pass the tool agent starts: react, or the search
-over verified candidates (`search`).
+the visible tests), `branch_search` with branching at the model's doubts (as many programs); when the first
+phase ends without a pass the tool agent starts: react, or the search over verified candidates (`search`).
 
 Where the tool agent starts is `handoff`: `given`, the task's files put back as given, so the tool phase asks
 exactly what `--agent react` (or search) would alone; `kept`, the files as the first phase left them (best-of-n:
@@ -30,6 +30,7 @@ from ..traces.steps import Handoff, Phase
 from ..types import Completion, GenParams, Task
 from .asking import Asker, Request, ask_all
 from .best_of_n import BestOfNEpisode
+from .branch import BranchEpisode
 from .episode import Ask, EpisodeState
 from .react import AgentConfig, Episode, agent_tools
 from .reflect import ReflectConfig, ReflectEpisode
@@ -51,7 +52,7 @@ class Chain(EpisodeState):
     temperature_schedule: list[float] | None = None
     sample: int = 0
     search: bool = False  # the tool agent's phase searches over verified candidates (reflect_search, ...)
-    opening: BestOfNEpisode | None = None  # the first phase when it is not reflect (best_of_n_search)
+    opening: BestOfNEpisode | None = None  # the first phase when it is not reflect (best_of_n_search, branch_search)
     current: ReflectEpisode | BestOfNEpisode | Episode = field(init=False)
     _offset: int = 0  # chain turns before the current phase
     _copied: int = 0  # steps of the current phase already in the chain's record
@@ -69,6 +70,8 @@ class Chain(EpisodeState):
     def phase(self) -> Phase:
         if isinstance(self.current, ReflectEpisode):
             return "reflect"
+        if isinstance(self.current, BranchEpisode):
+            return "branch"
         return "best_of_n" if isinstance(self.current, BestOfNEpisode) else "react"
 
     def run(self, ask: Ask) -> None:
@@ -123,6 +126,8 @@ class Chain(EpisodeState):
         self.turn = self._offset + self.current.turn
 
     def _ended(self) -> str:
+        if isinstance(self.current, BranchEpisode):
+            return "branching found no program that passes the visible tests"
         if isinstance(self.current, BestOfNEpisode):
             return f"best-of-n found no program of {self.current.candidates} that passes the visible tests"
         return f"reflect ended ({self.current.exit_reason}) after {self.current.turn} attempt(s)"

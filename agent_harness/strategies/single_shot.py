@@ -83,9 +83,10 @@ class SingleShotEpisode(EpisodeState):
     def gen_params(self) -> GenParams:
         return self.params
 
-    def advance(self, c: Completion) -> list[Step]:
-        self.scenario.apply_program(self.task, self.ws, self.fix.module(c.text))
-        self._add(Final(**self._at(), text=self.fix.program(c.text), **reply_record(c)))
+    def advance(self, c: Completion, prefix: str = "") -> list[Step]:
+        """`c`'s program into the workspace (`prefix`: the text before the reply that its request prefilled)."""
+        self.scenario.apply_program(self.task, self.ws, self.fix.module(prefix + c.text))
+        self._add(Final(**self._at(), text=self.fix.program(prefix + c.text), **reply_record(c)))
         self._count(c)
         context_full = c.finish_reason == "length" and c.completion_tokens == 0
         self.turn, self.exit_reason = 1, "context" if context_full else "submitted"

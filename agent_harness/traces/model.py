@@ -11,12 +11,9 @@ before the first turn), 1.5 the "restart" step (react began the conversation aga
 strategy (steps carry their `phase`; a "handoff" step between the phases), 1.7 the calibrated single-shot
 (strategy single_shot now asks as bigcode-evaluation-harness does: `agent.single_shot` names its prompt
 recipe, `prompt.prefill` the assistant turn's start) and single_shot_chat, the earlier chat-style
-single-shot (a single_shot trace before 1.7 is that one), 1.8 the native tool protocol (`agent.protocol`,
-Mode = Literal["agent", "single_shot", "single_shot_chat", "reflect", "reflect_react", "search", "reflect_search",
-               "best_of_n", "best_of_n_search"]
-Strategy = Literal["react", "reflect", "single_shot", "single_shot_chat", "reflect_react", "search",
-                   "reflect_search", "best_of_n", "best_of_n_search"]
-Sandbox = Literal["bwrap", "docker", "rlimit", "none"]
+single-shot (a single_shot trace before 1.7 is that one), 1.8 the native tool protocol (`agent.protocol`;
+search's `candidate` steps), 1.9 best-of-n (a `candidate` step per program) and episodes imported from other
+harnesses (`source`), 1.10 the branch strategy (a "doubts" step; `candidate` steps name their `branch`).
 
 Presence is deliberate: a field marked `OMIT_UNSET` is written only once it has been set (an outcome
 gets `score_details` or `score_error` only from scoring, the agent block `reflect` only under that
@@ -38,15 +35,15 @@ from .steps import STEP_FIELDS as STEP_FIELDS  # re-exported: the loader's and c
 from .steps import Step
 from .steps import StepType as StepType
 
-SchemaVersion = Literal["1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7", "1.8", "1.9"]
-SCHEMA_VERSION: SchemaVersion = "1.9"
-READABLE_VERSIONS: tuple[str, ...] = ("1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7", "1.8", "1.9")
+SchemaVersion = Literal["1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7", "1.8", "1.9", "1.10"]
+SCHEMA_VERSION: SchemaVersion = "1.10"
+READABLE_VERSIONS: tuple[str, ...] = ("1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7", "1.8", "1.9", "1.10")
 NATIVE_HARNESS = "agent-harness"  # the `harness` of an episode this project ran (no `source`)
 ExitReason = Literal["submitted", "max_steps", "budget", "context", "error"]
 Mode = Literal["agent", "single_shot", "single_shot_chat", "reflect", "reflect_react", "search", "reflect_search",
-               "best_of_n", "best_of_n_search"]
+               "best_of_n", "best_of_n_search", "branch", "branch_search"]
 Strategy = Literal["react", "reflect", "single_shot", "single_shot_chat", "reflect_react", "search",
-                   "reflect_search", "best_of_n", "best_of_n_search"]
+                   "reflect_search", "best_of_n", "best_of_n_search", "branch", "branch_search"]
 Sandbox = Literal["bwrap", "docker", "rlimit", "none"]
 
 OMIT_UNSET = "omit-unset"  # Annotated/Field metadata: the key is written only after the field was set

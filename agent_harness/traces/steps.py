@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from ..types import Completion
 
 StepType = Literal["thought", "tool_call", "tool_result", "final", "parse_error", "submit_check", "attempt",
-                   "feedback", "initial_tests", "restart", "handoff", "candidate"]
-Phase = Literal["reflect", "best_of_n", "react"]
+                   "feedback", "initial_tests", "restart", "handoff", "candidate", "doubts"]
+Phase = Literal["reflect", "best_of_n", "branch", "react"]
 Role = Literal["assistant", "user"]
 CheckResult = Literal["passed", "failed", "syntax", "signature", "no_code", "repeat", "write_error", "error"]
 # search: what trying a candidate on a scratch copy found (see strategies/search.py)
@@ -309,12 +309,36 @@ class Feedback(_Step):
     embedding: Embedding = None
 
 
+class BranchPoint(TypedDict):
+    """branch: a token of the code the model was given that it would rather not have written there."""
+
+    at: int  # where the token starts, in characters of the reply the model was given
+    code: str  # the given code's token
+    model: list[str]  # the tokens the model preferred there, best first (those branched at)
+    margin: float  # log p(the model's best other token) - log p(the code's token)
+
+
+class Doubts(_Step):
+    """branch (1.10): the model's doubts of the code it was given, read by one scoring request (no text is
+    generated): the most doubted tokens, most doubted first; `text` lists them. Each `candidate` step after it
+    that branched names its doubt (`branch`)."""
+
+    type: Literal["doubts"] = "doubts"
+    doubts: Annotated[Absent[list[BranchPoint]], _doc("branch: the doubted tokens, most doubted first.")] = None
+    latency_s: Latency = None
+    tokens: Tokens = None
+    phase: StepPhase = None
+    embedding: Embedding = None
+
+
 class Candidate(_Step):
     """search: one of a turn's candidate replies and what trying it on a scratch copy of the workspace found
     (later in 1.8). `text` is its action: the call as JSON, the FINAL, or why it could not be used. The one
     chosen is continued from: its reply is recorded on the turn's next steps, as react records a reply, and
     the others' replies here (each model reply on exactly one step). best_of_n (1.9): one per sampled
-    program, `text` the program; the chosen one's reply is on the `final` step."""
+    program, `text` the program; the chosen one's reply is on the `final` step. branch (1.10): the same, one
+    per program it tried, `raw` the completion after the branch (the given code up to the doubt and the model's
+    token there were its prefill)."""
 
     type: Literal["candidate"] = "candidate"
     candidate: Annotated[Absent[int], Field(ge=0), _doc("search: the candidate's position in its turn (0: sampled "
@@ -329,6 +353,10 @@ class Candidate(_Step):
     tests: Tests = None
     seed: Seed = None
     temperature: Temperature = None
+    branch: Annotated[Absent[BranchPoint], _doc("branch (1.10): the doubt this program branched at: the given "
+                                                 "code up to it, one of the model's tokens there (`model`: that "
+                                                 "one alone), the rest completed greedily. Absent on candidate 0, "
+                                                 "the greedy program.")] = None
     raw: Raw = None
     finish_reason: FinishReason = None
     latency_s: Latency = None
@@ -338,7 +366,7 @@ class Candidate(_Step):
 
 
 Step = Annotated[Thought | ToolCall | ToolResult | Final | ParseError | SubmitCheck | Attempt | Feedback
-                 | InitialTests | Restart | Handoff | Candidate, Field(discriminator="type")]
+                 | InitialTests | Restart | Handoff | Candidate | Doubts, Field(discriminator="type")]
 STEP_MODELS: tuple[type[_Step], ...] = get_args(get_args(Step)[0])
 _STEPS: TypeAdapter[list[Step]] = TypeAdapter(list[Step])
 

@@ -1,0 +1,113 @@
+"""Branching where the model doubts the given code (`--agent branch`): the model as a bug locator.
+
+The calibrated single-shot's prompt, with the code to fix written out in the assistant's turn (the reply of a
+model that copied what it was shown), is scored in one request: for each token of that code the model gives
+its log-probability and the tokens it would rather have written there (`GenParams.prompt_logprobs`). Where it
+prefers another token by the widest margin it doubts the code. At each of the most doubted tokens, for each
+of its `ALTERNATIVES` preferred tokens, the code up to there and that token are prefilled and the rest of the
+function is completed greedily; these programs, candidate 0 (single-shot's own greedy answer, asked together
+with the scoring) first and the others in order of doubt, are tried on scratch copies against the visible
+tests as best-of-n tries its samples, and the first that passes is submitted (else the one that got furthest).
+
+It spends its budget where the model disagrees with the code, not on samples of the whole function: on the
+0.5B, 32 branches solved 60 of HumanEvalFix's 82 odd tasks where 32 samples solved 38 (bench/RESULTS.md).
+Nothing is sampled, so a run is the same every time. `opening_candidates` (default 32) bounds the branches:
+the `ceil(N / ALTERNATIVES)` most doubted tokens. Needs a backend that can score a prefilled reply: vllm,
+transformers, openai with `openai.tokenizer` (a `vllm serve`), scripted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, cast
+
+from ..errors import UnusableReply
+from ..traces.steps import BranchPoint, Doubts, StepTokens
+from ..types import Completion, Conversation, RequestMeta, TokenScore
+from .asking import Request, ask_all
+from .best_of_n import BestOfNEpisode, Sample
+from .scratch import RANK
+
+if TYPE_CHECKING:
+    from ..traces.model import Trace
+    from .episode import Ask
+
+ALTERNATIVES = 2  # the model's preferred tokens branched at, at each doubted one
+TOP = 5  # log-probabilities read at each token of the given code
+ORDER = "candidate 0 (the greedy program), then the branches by the doubt's margin (wider first; ties: earlier)"
+
+
+def doubts(scores: tuple[TokenScore, ...], start: int, positions: int, alternatives: int) -> list[BranchPoint]:
+    """The `positions` most doubted tokens that start at or after character `start`, most doubted first (ties:
+    earlier first); margin = log p(the best other token) - log p(the code's token)."""
+    found: list[BranchPoint] = [
+        {"at": s.start, "code": s.text, "model": [t for t, _ in s.others[:alternatives]],
+         "margin": round(s.others[0][1] - s.logprob, 4)}
+        for s in scores if s.start >= start and s.others]
+    found.sort(key=lambda d: (-d["margin"], d["at"]))
+    return found[:positions]
+
+
+@dataclass
+class BranchEpisode(BestOfNEpisode):
+    candidates: int = 32  # branches (the strategy registry passes `opening_candidates`)
+
+    def run(self, ask: Ask) -> None:
+        """Greedy answer and scoring at once; the branches at once; each tried until one passes."""
+        first = self._first()
+        greedy, scored = ask_all(ask, [first, self._scoring()])
+        points = self._doubts(scored)
+        branches = [(d, alt) for d in points for alt in d["model"]][:self.candidates]
+        requests = [self._branch(d, alt, n) for n, (d, alt) in enumerate(branches, 1)]
+        replies = ask_all(ask, requests) if requests else []
+        if greedy.error is not None and all(c.error is not None for c in replies):
+            raise UnusableReply(greedy.error)
+        samples = [Sample(0, first, greedy)] + [
+            Sample(n, r, c, branch={**d, "model": [alt]}, prefix=self._prefix(d, alt))
+            for n, ((d, alt), r, c) in enumerate(zip(branches, requests, replies, strict=True), 1)]
+        samples = self._try_all(samples)
+        best = max(samples, key=lambda s: s.rank)
+        self._record(samples, best)
+        self.advance(best.reply, best.prefix)
+        if best.verdict == "passed":
+            self.final = f"candidate {best.n} passes the visible tests"
+
+    def annotate(self, trace: Trace) -> None:
+        super().annotate(trace)
+        trace.agent.search = {"candidates": self.candidates, "alternatives": ALTERNATIVES, "top": TOP,
+                              "order": ORDER, "rank": RANK}
+
+    def _first(self) -> Request:
+        return (self.prompt(), self.gen_params(), RequestMeta(self.task, "branch", 0, candidate=0))
+
+    def _scoring(self) -> Request:
+        """The prompt with the given code as the assistant's reply, scored (nothing generated)."""
+        conv: Conversation = [*self.prompt()[:-1], {"role": "assistant", "content": self.fix.copied}]
+        params = replace(self.gen_params(), prompt_logprobs=TOP, max_tokens=1, temperature=0.0, seed=None)
+        return (conv, params, RequestMeta(self.task, "branch", 0, candidate=0))
+
+    def _doubts(self, scored: Completion) -> list[BranchPoint]:
+        """The doubts the scoring found (none when it failed: candidate 0 is then tried alone), recorded."""
+        positions = -(-self.candidates // ALTERNATIVES)
+        found = [] if scored.error else doubts(scored.scores, len(self.fix.prefill), positions, ALTERNATIVES)
+        if scored.error:
+            text = f"the model's doubts could not be read: {scored.error}"
+        elif not found:
+            text = "the model doubts no token of the given code"
+        else:
+            text = "; ".join(f"{d['code']!r} at {d['at']}: {' or '.join(map(repr, d['model']))} "
+                             f"(margin {d['margin']:.2f})" for d in found)
+        self._add(Doubts(**self._at(), text=text, doubts=found, latency_s=scored.latency_s,
+                         tokens=cast(StepTokens, scored.token_counts())))
+        self._count(scored)
+        return found
+
+    def _prefix(self, d: BranchPoint, alt: str) -> str:
+        """The branch's prefill after the fix's own: the given code up to the doubt, then the model's token."""
+        return self.fix.copied[len(self.fix.prefill):d["at"]] + alt
+
+    def _branch(self, d: BranchPoint, alt: str, n: int) -> Request:
+        conv = self.prompt()
+        conv[-1] = {"role": "assistant", "content": self.fix.prefill + self._prefix(d, alt)}
+        params = replace(self.gen_params(), temperature=0.0, seed=None)
+        return (conv, params, RequestMeta(self.task, "branch", 0, candidate=n))

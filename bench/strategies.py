@@ -125,6 +125,9 @@ CONFIGS: dict[str, Config] = {
     "best-of-n-search-edit": Config(("--agent", "best-of-n-search", "--action-space", "edit")),
     "best-of-n-search-demo-task": Config(("--agent", "best-of-n-search", "--demo-source", "task")),
     "best-of-n-search-no-demo": Config(("--agent", "best-of-n-search", "--no-demo")),
+    # branching where the model doubts the given code (as many programs as best-of-n-search's opening samples)
+    "branch": Config(("--agent", "branch")),
+    "branch-search": Config(("--agent", "branch-search")),
     "best-of-n-k8": Config(("--agent", "best-of-n", "--candidates", "8")),
     "best-of-n-k1": Config(("--agent", "best-of-n", "--candidates", "1")),
     "search-k4-no-restart": Config(("--agent", "search", "--candidates", "4", "--no-search-restart")),

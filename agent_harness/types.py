@@ -147,9 +147,9 @@ class RequestMeta:
     """
 
     task: Task
-    strategy: str = "react"  # react | reflect | single_shot | single_shot_chat | search | best_of_n
+    strategy: str = "react"  # react | reflect | single_shot | single_shot_chat | search | best_of_n | branch
     turn: int = 0
-    candidate: int = 0  # search, best_of_n: which of the turn's candidate replies (scripted replies may differ by it)
+    candidate: int = 0  # search, best_of_n, branch: which of the turn's candidates (scripted replies may differ by it)
 
 
 @runtime_checkable

@@ -233,3 +233,18 @@ def test_cli_a_backend_that_cannot_score_is_one_line(tmp_path: Path) -> None:
     assert r.returncode != 0
     assert "--agent branch reads the model's log-probabilities" in r.stderr and "openai.tokenizer" in r.stderr
     assert r.stderr.count("\n") == 1 and not (tmp_path / "out").exists()  # refused before anything ran
+
+
+@pytest.mark.model
+def test_the_real_model_doubts_the_bug(hf_backend: object) -> None:
+    """The embedded 0.5B on transformers, one forward pass: asked to fix `add`, it doubts `-` in `return a - b`
+    among its three most doubted tokens and prefers `+` there."""
+    from agent_harness.backends.loop import complete_all
+
+    content = "def add(a, b):\n    return a - b\n"
+    conv = [{"role": "user", "content": "Fix bugs in add.\n" + content}, {"role": "assistant", "content": content}]
+    [c] = complete_all(hf_backend, [conv], GenParams(max_tokens=1, prompt_logprobs=5))  # type: ignore[arg-type]
+    assert c.error is None and c.completion_tokens == 0 and c.prompt_tokens
+    assert "".join(s.text for s in c.scores) == content[c.scores[0].start:]
+    minus = [d for d in doubts(c.scores, content.index("\n"), 3, 2) if d["code"] == " -"]
+    assert minus and " +" in minus[0]["model"]

@@ -192,7 +192,8 @@ def test_cli_run_records_the_encoding_and_sends_ids(tmp_path: Path, server: Fake
 
 # -- scoring a prefilled reply (--agent branch): vLLM's `prompt_logprobs` ------------------------------------------
 
-SCORED = [{"role": "user", "content": "Fix bugs in add."}, {"role": "assistant", "content": "def add(a, b):\n    return a - b\n"}]
+SCORED: Conversation = [{"role": "user", "content": "Fix bugs in add."},
+                        {"role": "assistant", "content": "def add(a, b):\n    return a - b\n"}]
 
 
 def scoring_reply(tok: Any, hostile: bool = False) -> Any:

@@ -16,6 +16,11 @@ calibrated single-shot, reflect's bigcode draft) the oracle answers with the res
 continuing the prefill as a model would. Without meta the turn is the number of assistant messages so
 far, and the oracle, which needs its task, refuses.
 
+A scoring request (`params.prompt_logprobs`, `--agent branch`) gets the prefilled reply in words, each at
+log-probability -0.5; the oracle doubts two of them: the word where the reply leaves the reference file (the
+reference's word preferred) and, more strongly, its last word (`pass` preferred, a decoy that fails). Under
+branch the oracle's greedy answer (candidate 0) copies the file as given, so only a branch can fix it.
+
 A native-protocol request (`params.tools` set) is answered natively: the oracle's call in Qwen's
 ``<tool_call>`` text on even turns and as a structured tool call (as a server that parses calls returns
 it) on odd turns, so one run reads both; its FINAL and ``null``'s are replies with no call. To a request

@@ -257,14 +257,18 @@ class HFBackend:
         if len(ids) >= self.spec.context_length:
             return context_full(len(ids))
         assert self.model is not None
+        start = max(first, 1)
+        keep = len(ids) - start + 1  # only the logits that predict the message's tokens: a vocabulary per token is big
         with torch.inference_mode():
-            logits = self.model(torch.tensor([ids], device=self.model.device)).logits[0].float()
-        logp = torch.log_softmax(logits, dim=-1)
+            logits = self.model(torch.tensor([ids], device=self.model.device), logits_to_keep=keep).logits[0]
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        offset = len(ids) - logp.shape[0]  # logits row r predicts the token at r + offset + 1
         top = torch.topk(logp, params.prompt_logprobs, dim=-1)
         rows: list[dict[int, float] | None] = [None] * len(ids)
-        for j in range(max(first, 1), len(ids)):  # position j is predicted by the logits at j - 1
-            row = dict(zip(top.indices[j - 1].tolist(), top.values[j - 1].tolist(), strict=True))
-            row[ids[j]] = float(logp[j - 1, ids[j]])
+        for j in range(start, len(ids)):
+            r = j - 1 - offset
+            row = dict(zip(top.indices[r].tolist(), top.values[r].tolist(), strict=True))
+            row[ids[j]] = float(logp[r, ids[j]])
             rows[j] = row
         try:
             scores = scoring.token_scores(scoring.decoder(self.tokenizer), ids, first, conversation[-1]["content"],

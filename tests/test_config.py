@@ -172,17 +172,17 @@ def test_the_search_settings_are_recorded_where_search_runs_only() -> None:
                          agent=AgentConfig(protect_tests=p, prefer_changes=p, tests_on_write=p))
                for p in (True, False))
     searching = {name for name, info in STRATEGIES.items() if info.searches}
-    assert searching == {"search", "reflect_search", "best_of_n_search"}
+    assert searching == {"search", "reflect_search", "best_of_n_search", "branch_search"}
     for name in STRATEGIES:  # recorded where it applies; elsewhere as before it existed, so older traces match
         for setting in ("protect_tests", "prefer_changes", "tests_on_write"):
             assert on.agent_for(spec, name).dump().get(setting) is (True if name in searching else None)
             assert setting not in off.agent_for(spec, name).dump()
 
 
-def test_the_opening_size_is_recorded_by_the_chain_that_opens_with_best_of_n_only() -> None:
+def test_the_opening_size_is_recorded_by_the_strategies_that_read_it_only() -> None:
     [spec] = load_registry(ROOT / "models.yaml").resolve("oracle")
     opening = {name for name, info in STRATEGIES.items() if info.opens}
-    assert opening == {"best_of_n_search"}
+    assert opening == {"best_of_n_search", "branch", "branch_search"}  # best-of-n's samples, or branch's programs
     for n, before in ((32, False), (16, True)):  # 16 is the value from before the setting existed
         config = RunConfig(models=[spec], out=Path("unused"), embed=False, agent=AgentConfig(opening_candidates=n))
         for name in STRATEGIES:  # react's or search's fingerprint stays as it was when the chain's default moves

@@ -21,7 +21,7 @@ STRATEGIES = ("react", "reflect", "single-shot", "single-shot-chat", "reflect-re
 # Each stored set: its folder under GOLDEN and the run's flags (the tool strategies in both protocols).
 RUNS = {**{s: ("--agent", s) for s in STRATEGIES},
         **{f"{s}-native": ("--agent", s, "--protocol", "native")
-           for s in ("react", "reflect-react", "search", "reflect-search", "best-of-n-search")}}
+           for s in ("react", "reflect-react", "search", "reflect-search", "best-of-n-search", "branch-search")}}
 # Values that differ between two runs of the same code, or between commits of behaviour-equal code.
 VOLATILE = {"run_id", "timestamp", "latency_s", "elapsed_seconds", "duration_s", "harness_version", "hash",
             "run_hash", "memory_cgroup"}

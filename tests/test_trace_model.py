@@ -55,7 +55,7 @@ def test_written_traces_round_trip_through_the_model(path: Path) -> None:
 def test_golden_traces_cover_every_strategy() -> None:
     modes = {json.loads(p.read_text())["agent"]["mode"] for p in GOLDEN}
     assert modes == {"agent", "reflect", "single_shot", "single_shot_chat", "reflect_react", "search", "reflect_search",
-                     "best_of_n", "best_of_n_search"}
+                     "best_of_n", "best_of_n_search", "branch", "branch_search"}
 
 
 def test_older_schema_versions_fit_the_model_and_the_schema() -> None:

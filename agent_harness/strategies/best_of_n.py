@@ -67,7 +67,11 @@ class BestOfNEpisode(SingleShotEpisode):
         replies = ask_all(ask, requests)
         if all(c.error is not None for c in replies):
             raise UnusableReply(next(c.error for c in replies if c.error is not None))
-        samples = self._try_all([Sample(n, r, c) for n, (r, c) in enumerate(zip(requests, replies, strict=True))])
+        self._submit([Sample(n, r, c) for n, (r, c) in enumerate(zip(requests, replies, strict=True))])
+
+    def _submit(self, samples: list[Sample]) -> None:
+        """Each sample tried until one passes; every one recorded, the best applied and submitted."""
+        samples = self._try_all(samples)
         best = max(samples, key=lambda s: s.rank)
         self._record(samples, best)
         self.advance(best.reply, best.prefix)

@@ -63,15 +63,9 @@ class BranchEpisode(BestOfNEpisode):
         replies = ask_all(ask, requests) if requests else []
         if greedy.error is not None and all(c.error is not None for c in replies):
             raise UnusableReply(greedy.error)
-        samples = [Sample(0, first, greedy)] + [
+        self._submit([Sample(0, first, greedy)] + [
             Sample(n, r, c, branch={**d, "model": [alt]}, prefix=self._prefix(d, alt))
-            for n, ((d, alt), r, c) in enumerate(zip(branches, requests, replies, strict=True), 1)]
-        samples = self._try_all(samples)
-        best = max(samples, key=lambda s: s.rank)
-        self._record(samples, best)
-        self.advance(best.reply, best.prefix)
-        if best.verdict == "passed":
-            self.final = f"candidate {best.n} passes the visible tests"
+            for n, ((d, alt), r, c) in enumerate(zip(branches, requests, replies, strict=True), 1)])
 
     def annotate(self, trace: Trace) -> None:
         super().annotate(trace)

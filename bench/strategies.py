@@ -128,6 +128,12 @@ CONFIGS: dict[str, Config] = {
     # branching where the model doubts the given code (as many programs as best-of-n-search's opening samples)
     "branch": Config(("--agent", "branch")),
     "branch-search": Config(("--agent", "branch-search")),
+    # the tool agent after branching, its search branching its own writes where it doubts them (issue 45)
+    "branch-search-branches": Config(("--agent", "branch-search", "--search-branches", "32")),
+    "branch-search-branches-files": Config(("--agent", "branch-search", "--search-branches", "32",
+                                            "--initial-files")),
+    "branch-search-branches-kept": Config(("--agent", "branch-search", "--search-branches", "32",
+                                           "--handoff", "kept")),
     "best-of-n-k8": Config(("--agent", "best-of-n", "--candidates", "8")),
     "best-of-n-k1": Config(("--agent", "best-of-n", "--candidates", "1")),
     "search-k4-no-restart": Config(("--agent", "search", "--candidates", "4", "--no-search-restart")),

@@ -85,10 +85,12 @@ def start_backend(spec: ModelSpec, force: str | None) -> Backend:
         raise
 
 
-def refuse_unscored(spec: ModelSpec, force: str | None, jobs: list[Job]) -> None:
-    """A strategy that reads the model's log-probabilities of a given reply (branch) on a backend that cannot
-    give them is refused before any model loads, in one line."""
-    needs = sorted({STRATEGIES[j.strategy].flag for j in jobs if STRATEGIES[j.strategy].scores})
+def refuse_unscored(spec: ModelSpec, force: str | None, jobs: list[Job], search_branches: int = 0) -> None:
+    """A strategy that reads the model's log-probabilities of a given reply (branch, a search with
+    `--search-branches`) on a backend that cannot give them is refused before any model loads, in one line."""
+    needs = sorted({STRATEGIES[j.strategy].flag + (" --search-branches" if not STRATEGIES[j.strategy].scores else "")
+                    for j in jobs if STRATEGIES[j.strategy].scores
+                    or (search_branches and STRATEGIES[j.strategy].searches)})
     if needs and not scores_replies(spec, force):
         raise ConfigError(f"model '{spec.name}': --agent {needs[0]} reads the model's log-probabilities of a given "
                           f"reply, which its backend ({force or spec.backend}) cannot give; it needs vllm, "
@@ -107,7 +109,7 @@ def _run_models(cfg: RunConfig, embedder: Any) -> dict[str, list[Job]]:
         report_resume(counts)
     report_set_aside(counts)
     for spec in cfg.models:
-        refuse_unscored(spec, cfg.backend, todo[spec.name])
+        refuse_unscored(spec, cfg.backend, todo[spec.name], cfg.agent.search_branches)
     for spec in cfg.models:
         stop.check()
         pending = todo[spec.name]

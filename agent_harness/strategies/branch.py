@@ -19,34 +19,22 @@ transformers, openai with `openai.tokenizer` (a `vllm serve`), scripted.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 from ..errors import UnusableReply
 from ..traces.steps import BranchPoint, Doubts, StepTokens
-from ..types import Completion, Conversation, RequestMeta, TokenScore
+from ..types import Completion, RequestMeta
 from .asking import Request, ask_all
 from .best_of_n import BestOfNEpisode, Sample
+from .doubts import ALTERNATIVES, TOP, described, doubts, prefilled, scoring
 from .scratch import RANK
 
 if TYPE_CHECKING:
     from ..traces.model import Trace
     from .episode import Ask
 
-ALTERNATIVES = 2  # the model's preferred tokens branched at, at each doubted one
-TOP = 5  # log-probabilities read at each token of the given code
 ORDER = "candidate 0 (the greedy program), then the branches by the doubt's margin (wider first; ties: earlier)"
-
-
-def doubts(scores: tuple[TokenScore, ...], start: int, positions: int, alternatives: int) -> list[BranchPoint]:
-    """The `positions` most doubted tokens that start at or after character `start`, most doubted first (ties:
-    earlier first); margin = log p(the best other token) - log p(the code's token)."""
-    found: list[BranchPoint] = [
-        {"at": s.start, "code": s.text, "model": [t for t, _ in s.others[:alternatives]],
-         "margin": round(s.others[0][1] - s.logprob, 4)}
-        for s in scores if s.start >= start and s.others]
-    found.sort(key=lambda d: (-d["margin"], d["at"]))
-    return found[:positions]
 
 
 @dataclass
@@ -76,23 +64,16 @@ class BranchEpisode(BestOfNEpisode):
         return (self.prompt(), self.gen_params(), RequestMeta(self.task, "branch", 0, candidate=0))
 
     def _scoring(self) -> Request:
-        """The prompt with the given code as the assistant's reply, scored (nothing generated)."""
-        conv: Conversation = [*self.prompt()[:-1], {"role": "assistant", "content": self.fix.copied}]
-        params = replace(self.gen_params(), prompt_logprobs=TOP, max_tokens=1, temperature=0.0, seed=None)
-        return (conv, params, RequestMeta(self.task, "branch", 0, candidate=0))
+        """The prompt with the given code as the assistant's reply, scored."""
+        return scoring(self.prompt()[:-1], self.fix.copied, self.gen_params(), RequestMeta(self.task, "branch", 0,
+                                                                                           candidate=0))
 
     def _doubts(self, scored: Completion) -> list[BranchPoint]:
         """The doubts the scoring found (none when it failed: candidate 0 is then tried alone), recorded."""
         positions = -(-self.candidates // ALTERNATIVES)
         found = [] if scored.error else doubts(scored.scores, len(self.fix.prefill), positions, ALTERNATIVES)
-        if scored.error:
-            text = f"the model's doubts could not be read: {scored.error}"
-        elif not found:
-            text = "the model doubts no token of the given code"
-        else:
-            text = "; ".join(f"{d['code']!r} at {d['at']}: {' or '.join(map(repr, d['model']))} "
-                             f"(margin {d['margin']:.2f})" for d in found)
-        self._add(Doubts(**self._at(), text=text, doubts=found, latency_s=scored.latency_s,
+        self._add(Doubts(**self._at(), text=described(scored, found, "the given code"), doubts=found,
+                         latency_s=scored.latency_s,
                          tokens=cast(StepTokens, scored.token_counts())))
         self._count(scored)
         return found
@@ -102,7 +83,5 @@ class BranchEpisode(BestOfNEpisode):
         return self.fix.copied[len(self.fix.prefill):d["at"]] + alt
 
     def _branch(self, d: BranchPoint, alt: str, n: int) -> Request:
-        conv = self.prompt()
-        conv[-1] = {"role": "assistant", "content": self.fix.prefill + self._prefix(d, alt)}
-        params = replace(self.gen_params(), temperature=0.0, seed=None)
-        return (conv, params, RequestMeta(self.task, "branch", 0, candidate=n))
+        return prefilled(self.prompt()[:-1], self.fix.prefill + self._prefix(d, alt), self.gen_params(),
+                         RequestMeta(self.task, "branch", 0, candidate=n))

@@ -206,6 +206,12 @@ class AgentConfig:
     tests_on_write: bool = setting(False, "helper on: search shows the visible tests' result (its scratch copy's) "
                                    "with a write's observation, so no turn goes to run_tests after it", sets=True,
                                    added=False)
+    # Tuned on the even split: the 0.5B's search writes back the file it was shown or guesses a new one; its
+    # doubts of what it wrote, with the failing test in view, are where the fix is more often than its samples.
+    search_branches: int = setting(0, "search: when no candidate of a turn passes and its best one writes a file "
+                                   "not yet branched, score that reply and branch it where the model doubts what it "
+                                   "wrote: N programs (as --agent branch), each tried as a candidate (needs a "
+                                   "backend that scores replies)", type=int, metavar="N", added=0)
     opening_candidates: int = setting(32, "best-of-n-search: programs sampled at once in its best-of-n phase "
                                       "(--candidates: per turn of its search phase)", type=int, metavar="N",
                                       added=16)
@@ -241,6 +247,10 @@ class AgentConfig:
             raise ConfigError(f"--demo-source must be one of {', '.join(DEMO_SOURCES)}, not {self.demo_source!r}")
         if not 1 <= self.candidates <= MAX_CANDIDATES:
             raise ConfigError(f"--candidates must be between 1 and {MAX_CANDIDATES}, got {self.candidates}")
+        if not 0 <= self.search_branches <= MAX_CANDIDATES:
+            raise ConfigError(f"--search-branches must be between 0 and {MAX_CANDIDATES}, got {self.search_branches}")
+        if self.search_branches and self.protocol == "native":  # it prefills the reply's own text
+            raise ConfigError("--search-branches works with --protocol text only")
         if not 1 <= self.opening_candidates <= MAX_CANDIDATES:
             raise ConfigError(f"--opening-candidates must be between 1 and {MAX_CANDIDATES}, "
                               f"got {self.opening_candidates}")
@@ -283,7 +293,7 @@ class AgentConfig:
 
 
 # Settings only search reads: the other strategies record them as before they existed.
-SEARCH_ONLY = ("protect_tests", "prefer_changes", "tests_on_write")
+SEARCH_ONLY = ("protect_tests", "prefer_changes", "tests_on_write", "search_branches")
 OPENING_ONLY = ("opening_candidates",)
 
 

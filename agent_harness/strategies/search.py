@@ -14,6 +14,10 @@ candidate that changed a file; `tests_on_write` shows a write the visible tests'
 The first candidate that passes stops the search: its action is taken in the workspace and the episode
 ends, submitted. After a stale write (the file left as it was, or a version that failed before) the
 conversation begins again from the task, the files as given (`search_restart`: react's `--restart-after 1`).
+With `search_branches` N, a turn none of whose candidates passes and whose best one writes a file (a write not
+branched before in the episode) is branched as `--agent branch` branches the given code: that reply scored in one
+request (a `doubts` step), then N programs, each the reply up to one of the model's most doubted tokens of what it
+wrote, one of its preferred tokens there and the rest completed greedily, tried after the sampled candidates.
 Each candidate is a `candidate` step; the chosen reply then makes the turn's steps as a react reply does. The token
 budget counts the conversation continued (the chosen replies); the trace's totals count every candidate.
 """
@@ -22,17 +26,18 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import FormatError, ToolError, UnusableReply
 from ..protocol import parse_reply
 from ..protocol.native import CALL_PREFILL, SUBMIT, parse_native
 from ..text import error_text
 from ..tools import ToolResult as ToolOutput
-from ..traces.steps import Candidate, Restart, Verdict, reply_record
+from ..traces.steps import BranchPoint, Candidate, Doubts, Restart, StepTokens, Verdict, reply_record
 from ..types import Completion, GenParams, RequestMeta, request_seed
 from .asking import Request, ask_all
 from .config import AgentConfig
+from .doubts import ALTERNATIVES, described, doubts, prefilled, scoring
 from .history import test_record
 from .react import Episode, example_file
 from .scratch import RANK, RANK_CHANGES, READ_ONLY, Trial, candidate_rank, test_files, try_action
@@ -69,6 +74,7 @@ class Tried:
     action: Action
     verdict: Verdict = "not_tried"
     trial: Trial | None = None
+    branch: BranchPoint | None = None  # search_branches: the doubt its reply was branched at
 
     def rank(self, changes: bool) -> tuple[int, int, int, int]:
         return candidate_rank(self.verdict, self.trial, self.n, changes)
@@ -79,6 +85,8 @@ class SearchEpisode(Episode):
     _now: Trial | None = None  # the visible tests on the workspace as it is (tried once, then kept up to date)
     _chosen: GenParams | None = None  # the chosen candidate's sampling, while its reply is taken
     _aside: int = 0  # tokens of the candidates not continued from (not in the budget)
+    _seen: dict[str, Tried] = field(default_factory=dict)  # this turn's actions tried, by their call
+    _branched: set[str] = field(default_factory=set)  # the writes branched at (search_branches), by their call
 
     def run(self, ask: Ask) -> None:
         """Sample the turn's candidates at once, try each, continue from the best; until one passes or a
@@ -87,6 +95,7 @@ class SearchEpisode(Episode):
         while not self.done:
             requests = self._requests()
             tried = self._try_all(requests, ask_all(ask, requests))
+            tried += self._branches(ask, tried)
             best = max(tried, key=lambda t: t.rank(self.config.prefer_changes))
             self._record(tried, best)
             self._chosen = best.params
@@ -108,6 +117,11 @@ class SearchEpisode(Episode):
                               "restart_after": config.restart_after or (1 if config.search_restart else None),
                               "seeds": "candidate_seed(run seed, task, sample, turn, candidate)",
                               "rank": RANK_CHANGES if config.prefer_changes else RANK}
+        if config.search_branches:
+            trace.agent.search["branches"] = {
+                "programs": config.search_branches, "alternatives": ALTERNATIVES,
+                "of": "the turn's best candidate when none passes and it writes a file not branched before",
+                "order": "after the sampled candidates, by the doubt's margin (wider first; ties: earlier)"}
 
     def gen_params(self) -> GenParams:
         return self._chosen or super().gen_params()
@@ -164,17 +178,55 @@ class SearchEpisode(Episode):
             raise UnusableReply(next(c.error for c in replies if c.error is not None))
         tried = [Tried(n, params, c, self._action(c))
                  for n, ((_, params, _), c) in enumerate(zip(requests, replies, strict=True))]
-        seen: dict[str, Tried] = {}
+        self._seen = {}
+        self._try_each(tried)
+        return tried
+
+    def _try_each(self, tried: list[Tried]) -> None:
+        """Try each in order until one passes (the rest: not_tried); an action tried before this turn, once."""
         for t in tried:
-            key = json.dumps([t.action.tool, t.action.args, t.action.usable], sort_keys=True, default=repr)
-            if key in seen:
-                t.verdict, t.trial = seen[key].verdict, seen[key].trial
+            key = _key(t.action)
+            if key in self._seen:
+                t.verdict, t.trial = self._seen[key].verdict, self._seen[key].trial
             else:
                 self._try(t)
-                seen[key] = t
+                self._seen[key] = t
             if t.verdict == "passed":
                 break
-        return tried
+
+    def _branches(self, ask: Ask, tried: list[Tried]) -> list[Tried]:
+        """`search_branches`: when no candidate passed, the best one that writes a file (as it failed or left the
+        file unchanged; a write not branched before) scored and branched at the model's doubts, each branch tried."""
+        writes = [t for t in tried if t.action.tool in WRITES and t.verdict in ("failed", "unchanged")]
+        n = self.config.search_branches
+        if not n or not writes or any(t.verdict == "passed" for t in tried):
+            return []
+        base = max(writes, key=lambda t: t.rank(self.config.prefer_changes))
+        start = _written(base.reply.text, base.action.tool)
+        key = _key(base.action)
+        if start is None or key in self._branched:
+            return []
+        self._branched.add(key)
+        prompt, params = self.prompt(), self.gen_params()
+        [scored] = ask_all(ask, [scoring(prompt, base.reply.text, params,
+                                         RequestMeta(self.task, "search", self.turn, candidate=base.n))])
+        found = [] if scored.error else doubts(scored.scores, start, -(-n // ALTERNATIVES), ALTERNATIVES)
+        self._add(Doubts(**self._at(), text=described(scored, found, f"candidate {base.n}'s write"), doubts=found,
+                         latency_s=scored.latency_s, tokens=cast(StepTokens, scored.token_counts())))
+        self._count(scored)
+        self._aside += (scored.prompt_tokens or 0) + (scored.completion_tokens or 0)
+        points = [(d, alt) for d in found for alt in d["model"]][:n]
+        first = len(tried)
+        requests = [prefilled(prompt, base.reply.text[:d["at"]] + alt, params,
+                              RequestMeta(self.task, "search", self.turn, candidate=first + i))
+                    for i, (d, alt) in enumerate(points)]
+        replies = ask_all(ask, requests) if requests else []
+        out = []
+        for i, ((d, alt), (_, p, _), c) in enumerate(zip(points, requests, replies, strict=True)):
+            whole = c if c.error is not None else replace(c, text=base.reply.text[:d["at"]] + alt + c.text)
+            out.append(Tried(first + i, p, whole, self._action(whole), branch={**d, "model": [alt]}))
+        self._try_each(out)
+        return out
 
     def _try(self, t: Tried) -> None:
         """Try one candidate's action on a scratch copy; a fault of its own is its verdict, never the episode's."""
@@ -232,9 +284,22 @@ class SearchEpisode(Episode):
             reply: dict[str, Any] = {} if chosen else dict(reply_record(t.reply))
             self._add(Candidate(**self._at(), text=t.action.text, candidate=t.n, chosen=chosen, verdict=t.verdict,
                                 tool=t.action.tool, tests=test_record(t.trial.result) if t.trial else None,
-                                seed=t.params.seed, temperature=t.params.temperature, **reply))
+                                seed=t.params.seed, temperature=t.params.temperature, branch=t.branch, **reply))
             if not chosen:
                 self._count(t.reply)
                 self._aside += (t.reply.prompt_tokens or 0) + (t.reply.completion_tokens or 0)
         if best.trial is not None and best.trial.changed:
             self._now = best.trial  # the workspace will hold what the chosen action left
+
+
+def _key(action: Action) -> str:
+    """An action's identity: two candidates asking the same are tried once."""
+    return json.dumps([action.tool, action.args, action.usable], sort_keys=True, default=repr)
+
+
+def _written(text: str, tool: str | None) -> int | None:
+    """Where the text a write puts in the file begins in its reply (write_file's `content`, edit_file's `new`),
+    so only that is doubted; None when the reply does not spell it out."""
+    call = text.find("TOOL_CALL:")
+    at = -1 if call < 0 else text.find('"new"' if tool == "edit_file" else '"content"', call)
+    return None if at < 0 else at + len('"content"' if tool != "edit_file" else '"new"')

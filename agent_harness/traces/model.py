@@ -13,7 +13,8 @@ strategy (steps carry their `phase`; a "handoff" step between the phases), 1.7 t
 recipe, `prompt.prefill` the assistant turn's start) and single_shot_chat, the earlier chat-style
 single-shot (a single_shot trace before 1.7 is that one), 1.8 the native tool protocol (`agent.protocol`;
 search's `candidate` steps), 1.9 best-of-n (a `candidate` step per program) and episodes imported from other
-harnesses (`source`), 1.10 the branch strategy (a "doubts" step; `candidate` steps name their `branch`).
+harnesses (`source`), 1.10 the branch strategy (a "doubts" step; `candidate` steps name their `branch`), which search's
+`--search-branches` records alike.
 
 Presence is deliberate: a field marked `OMIT_UNSET` is written only once it has been set (an outcome
 gets `score_details` or `score_error` only from scoring, the agent block `reflect` only under that
@@ -166,6 +167,8 @@ class AgentInfo(_Part):
         "alone; absent: tools (read_file, write_file, run_tests, ...).")
     demo_source: Literal["builtin", "task"] | None = _omit_unset(
         description="The worked example: task, a real bug-fix task other than the one at hand; absent: builtin.")
+    search_branches: int | None = _omit_unset(description="search: programs branched at the model's doubts of a "
+                                              "turn's best write when no candidate passed; absent: none.")
     opening_candidates: int | None = _omit_unset(description="best_of_n_search: programs sampled at once in its "
                                                  "best-of-n phase; absent: 16.")
     handoff: Literal["given", "kept"] | None = _omit_unset(

@@ -321,7 +321,8 @@ class BranchPoint(TypedDict):
 class Doubts(_Step):
     """branch (1.10): the model's doubts of the code it was given, read by one scoring request (no text is
     generated): the most doubted tokens, most doubted first; `text` lists them. Each `candidate` step after it
-    that branched names its doubt (`branch`)."""
+    that branched names its doubt (`branch`). search with --search-branches (1.10): the same for a turn's best
+    candidate's write, `at` counted in that candidate's reply."""
 
     type: Literal["doubts"] = "doubts"
     doubts: Annotated[Absent[list[BranchPoint]], _doc("branch: the doubted tokens, most doubted first.")] = None
@@ -338,7 +339,8 @@ class Candidate(_Step):
     the others' replies here (each model reply on exactly one step). best_of_n (1.9): one per sampled
     program, `text` the program; the chosen one's reply is on the `final` step. branch (1.10): the same, one
     per program it tried, `raw` the completion after the branch (the given code up to the doubt and the model's
-    token there were its prefill)."""
+    token there were its prefill). search with --search-branches: a branched reply is a candidate numbered after
+    the sampled ones, with `branch`; its `raw` is the whole reply (the prefill with the completion)."""
 
     type: Literal["candidate"] = "candidate"
     candidate: Annotated[Absent[int], Field(ge=0), _doc("search: the candidate's position in its turn (0: sampled "
@@ -356,7 +358,8 @@ class Candidate(_Step):
     branch: Annotated[Absent[BranchPoint], _doc("branch (1.10): the doubt this program branched at: the given "
                                                  "code up to it, one of the model's tokens there (`model`: that "
                                                  "one alone), the rest completed greedily. Absent on candidate 0, "
-                                                 "the greedy program.")] = None
+                                                 "the greedy program. search: the doubt in the reply of the "
+                                                 "`doubts` step before it.")] = None
     raw: Raw = None
     finish_reason: FinishReason = None
     latency_s: Latency = None

@@ -1,0 +1,48 @@
+"""Where the model doubts a reply: one scoring request reads its log-probability of each token of the reply and
+the tokens it would rather have written (`GenParams.prompt_logprobs`); the most doubted tokens are where `--agent
+branch` and search's `--search-branches` branch, each branch the reply up to the doubt, one of the model's tokens
+there, and the rest completed greedily."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..traces.steps import BranchPoint
+from ..types import Completion, Conversation, GenParams, RequestMeta, TokenScore
+from .asking import Request
+
+ALTERNATIVES = 2  # the model's preferred tokens branched at, at each doubted one
+TOP = 5  # log-probabilities read at each token of the given code
+
+
+def doubts(scores: tuple[TokenScore, ...], start: int, positions: int, alternatives: int) -> list[BranchPoint]:
+    """The `positions` most doubted tokens that start at or after character `start`, most doubted first (ties:
+    earlier first); margin = log p(the best other token) - log p(the code's token)."""
+    found: list[BranchPoint] = [
+        {"at": s.start, "code": s.text, "model": [t for t, _ in s.others[:alternatives]],
+         "margin": round(s.others[0][1] - s.logprob, 4)}
+        for s in scores if s.start >= start and s.others]
+    found.sort(key=lambda d: (-d["margin"], d["at"]))
+    return found[:positions]
+
+
+def described(scored: Completion, found: list[BranchPoint], what: str) -> str:
+    """The `doubts` step's text: the doubted tokens, or why there are none (`what`: the code scored)."""
+    if scored.error:
+        return f"the model's doubts could not be read: {scored.error}"
+    if not found:
+        return f"the model doubts no token of {what}"
+    return "; ".join(f"{d['code']!r} at {d['at']}: {' or '.join(map(repr, d['model']))} (margin {d['margin']:.2f})"
+                     for d in found)
+
+
+def scoring(prompt: Conversation, reply: str, params: GenParams, meta: RequestMeta) -> Request:
+    """`reply` written out as the assistant's answer to `prompt`, scored (nothing generated)."""
+    conv: Conversation = [*prompt, {"role": "assistant", "content": reply}]
+    return (conv, replace(params, prompt_logprobs=TOP, max_tokens=1, temperature=0.0, seed=None), meta)
+
+
+def prefilled(prompt: Conversation, prefill: str, params: GenParams, meta: RequestMeta) -> Request:
+    """`prompt` with the assistant's answer begun with `prefill`, the rest completed greedily."""
+    conv: Conversation = [*prompt, {"role": "assistant", "content": prefill}]
+    return (conv, replace(params, temperature=0.0, seed=None), meta)

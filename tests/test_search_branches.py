@@ -1,0 +1,138 @@
+"""--search-branches: a search turn that finds no pass branches its best write where the model doubts what it
+wrote (one scoring request, then greedy completions of the reply up to each doubt and the model's token there),
+each branch tried as a candidate; on real workspaces, with a model that answers by request."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from agent_harness.errors import ConfigError
+from agent_harness.sandbox.workspace import Workspace
+from agent_harness.scenarios import TaskQuery
+from agent_harness.scenarios.humanevalfix import SCENARIO
+from agent_harness.strategies.asking import Asker, Request
+from agent_harness.strategies.react import AgentConfig
+from agent_harness.strategies.search import SearchEpisode
+from agent_harness.traces.steps import Candidate, Doubts
+from agent_harness.types import Completion, GenParams, TokenScore
+
+TASK = SCENARIO.load_tasks(TaskQuery(task_ids=("Python/2",)))[0]  # truncate_number: `number % 1.0 + 1.0`
+TARGET = SCENARIO.target_file(TASK)
+GIVEN = TASK.files[TARGET]
+
+
+def write(content: str) -> str:
+    call = {"tool": "write_file", "args": {"path": TARGET, "content": content}}
+    return f"THOUGHT: fix it.\nTOOL_CALL: {json.dumps(call)}"
+
+
+COPY = write(GIVEN)  # the file written back as it was shown
+FIX = write(GIVEN.replace("% 1.0 + 1.0", "% 1.0 - 0.0"))  # what the branch at ` +` (to ` -`) completes to
+
+
+def reply(text: str, scores: tuple[TokenScore, ...] = (), error: str | None = None) -> Completion:
+    return Completion(text=text, prompt_tokens=10, completion_tokens=0 if scores else 5, finish_reason="stop",
+                      latency_s=0.0, error=error, scores=scores)
+
+
+class Model:
+    """Writes the file back (`said`); doubts `+` in what it wrote (prefers ` -`, then ` *`) and `def` before the
+    content (never branched: only the written text is); completes a prefill as `FIX` when FIX goes on from it,
+    else with a wrong ending. Keeps its batches."""
+
+    def __init__(self, said: str = COPY, fixes: bool = True) -> None:
+        self.said, self.fixes, self.batches = said, fixes, []  # type: ignore[var-annotated]
+
+    def many(self, requests: Sequence[Request]) -> list[Completion]:
+        self.batches.append(list(requests))
+        return [self.answer(c, p) for c, p, _ in requests]
+
+    def answer(self, conv: list[dict[str, str]], params: GenParams) -> Completion:
+        last = conv[-1]
+        if params.prompt_logprobs:
+            text = last["content"]
+            return reply("", (TokenScore(text.index("fix it"), "fix", -3.0, (("see", -0.1),)),
+                              TokenScore(text.index(" +"), " +", -2.0, ((" -", -0.5), (" *", -1.0)))))
+        if last["role"] == "assistant":
+            prefill = last["content"]
+            if self.fixes and FIX.startswith(prefill):
+                return reply(FIX[len(prefill):])
+            return reply(' 2.0\\n"}}')
+        return reply(self.said)
+
+
+@pytest.fixture
+def ws() -> Iterator[Workspace]:
+    w = Workspace.create(TASK.files, test_cmd=TASK.test_cmd)
+    yield w
+    w.cleanup()
+
+
+def search(ws: Workspace, **agent: object) -> SearchEpisode:
+    config = AgentConfig(**{"candidates": 1, "search_branches": 4, **agent})  # type: ignore[arg-type]
+    return SearchEpisode(TASK, ws, GenParams(max_tokens=256, seed=7), config)
+
+
+def test_a_write_that_fails_is_branched_where_the_model_doubts_it_and_the_passing_branch_taken(ws: Workspace) -> None:
+    model, ep = Model(), search(ws)
+    ep.run(Asker(model.many))
+    sampled, scoring, branches = model.batches
+    assert [p.prompt_logprobs for _, p, _ in sampled] == [0] and [p.prompt_logprobs for _, p, _ in scoring] == [5]
+    assert scoring[0][0][-1] == {"role": "assistant", "content": COPY}  # the reply scored as it was written
+    at = COPY.index(" +")
+    assert [c[-1]["content"] for c, _, _ in branches] == [COPY[:at] + " -", COPY[:at] + " *"]  # `fix` not doubted
+    assert all(p.greedy and p.seed is None for _, p, _ in branches)
+    [doubts] = [s for s in ep.steps if isinstance(s, Doubts)]
+    assert doubts.doubts == [{"at": at, "code": " +", "model": [" -", " *"], "margin": 1.5}]
+    cands = [s for s in ep.steps if isinstance(s, Candidate)]
+    assert [(c.candidate, c.verdict, c.chosen) for c in cands] == [(0, "unchanged", False), (1, "passed", True),
+                                                                   (2, "not_tried", False)]
+    assert cands[1].branch == {"at": at, "code": " +", "model": [" -"], "margin": 1.5}
+    assert ep.exit_reason == "submitted" and "candidate 1 of turn 1" in (ep.final or "")
+    assert (Path(ws.root) / TARGET).read_text().endswith("return number % 1.0 - 0.0\n")
+    assert SCENARIO.score(TASK, ws, []).passed
+    # the chosen branch's whole reply goes on as the turn's reply; the scoring and the others stay aside
+    assert [getattr(s, "raw", None) for s in ep.steps].count(FIX) == 1
+    assert ep._spent() < ep.prompt_tokens + ep.completion_tokens
+
+
+def test_a_write_is_branched_once_per_episode_and_nothing_without_the_setting(ws: Workspace) -> None:
+    model, ep = Model(fixes=False), search(ws, max_steps=3, search_restart=False)
+    ep.run(Asker(model.many))
+    assert sum(p.prompt_logprobs > 0 for batch in model.batches for _, p, _ in batch) == 1
+    assert ep.exit_reason == "max_steps"
+    assert sum(isinstance(s, Doubts) for s in ep.steps) == 1
+    plain = Model()
+    search(ws, max_steps=2, search_branches=0).run(Asker(plain.many))
+    assert all(not p.prompt_logprobs and c[-1]["role"] != "assistant" for b in plain.batches for c, p, _ in b)
+
+
+def test_a_failed_scoring_is_recorded_and_the_search_goes_on(ws: Workspace) -> None:
+    class Unscored(Model):
+        def answer(self, conv: list[dict[str, str]], params: GenParams) -> Completion:
+            return reply("", error="bad reply") if params.prompt_logprobs else super().answer(conv, params)
+
+    model, ep = Unscored(), search(ws, max_steps=2)
+    ep.run(Asker(model.many))
+    [doubts] = [s for s in ep.steps if isinstance(s, Doubts)]
+    assert doubts.text == "the model's doubts could not be read: bad reply" and doubts.doubts == []
+    assert ep.exit_reason == "max_steps" and not any(c[-1]["role"] == "assistant" for b in model.batches
+                                                      for c, _, _ in b if not b[0][1].prompt_logprobs)
+
+
+def test_reads_and_finals_are_not_branched(ws: Workspace) -> None:
+    read = "THOUGHT: look.\nTOOL_CALL: " + json.dumps({"tool": "read_file", "args": {"path": TARGET}})
+    model = Model(said=read)
+    search(ws, max_steps=2).run(Asker(model.many))
+    assert all(not p.prompt_logprobs for b in model.batches for _, p, _ in b)
+
+
+def test_the_setting_is_checked() -> None:
+    with pytest.raises(ConfigError, match="between 0 and 64"):
+        AgentConfig(search_branches=65)
+    with pytest.raises(ConfigError, match="--protocol text only"):
+        AgentConfig(search_branches=8, protocol="native")

@@ -5,6 +5,9 @@ each branch tried as a candidate; on real workspaces, with a model that answers 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -136,3 +139,47 @@ def test_the_setting_is_checked() -> None:
         AgentConfig(search_branches=65)
     with pytest.raises(ConfigError, match="--protocol text only"):
         AgentConfig(search_branches=8, protocol="native")
+
+
+# -- the whole path -----------------------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(ROOT / "run_agents.py"), "--no-embed", "--no-progress", "--out",
+                           str(out), *args], capture_output=True, text=True, cwd=ROOT, timeout=600,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+
+
+@pytest.mark.slow
+def test_cli_search_scores_a_write_and_records_its_doubts(tmp_path: Path) -> None:
+    script = tmp_path / "copier.jsonl"
+    script.write_text(json.dumps({"task": TASK.id, "replies": [COPY]}) + "\n")
+    reg = tmp_path / "models.yaml"
+    reg.write_text(f"models:\n  - name: copier\n    backend: scripted\n    script: {script}\n")
+    out = tmp_path / "out"
+    r = run(out, "--registry", str(reg), "--models", "copier", "--agent", "search", "--search-branches", "4",
+            "--candidates", "1", "--max-steps", "2", "--tasks", "2")
+    assert r.returncode == 0, r.stderr
+    [path] = (out / "copier" / "humanevalfix-search" / "gold").glob("*.json")
+    t = json.loads(path.read_text())
+    assert t["agent"]["search_branches"] == 4 and t["agent"]["search"]["branches"]["programs"] == 4
+    assert t["fingerprint"]["config"]["agent"]["search_branches"] == 4
+    [doubts] = [s for s in t["steps"] if s["type"] == "doubts"]  # the replayed model gives no alternatives
+    assert doubts["text"] == "the model doubts no token of candidate 0's write" and doubts["turn"] == 0
+    assert t["outcome"]["passed"] is False
+
+
+def test_cli_a_backend_that_cannot_score_is_refused_in_one_line(tmp_path: Path) -> None:
+    reg = tmp_path / "models.yaml"
+    reg.write_text("models:\n  - name: remote\n    backend: openai\n    openai:\n"
+                   "      base_url: http://127.0.0.1:9/v1\n      model: m\n      max_retries: 0\n")
+    r = run(tmp_path / "out", "--registry", str(reg), "--models", "remote", "--agent", "branch-search",
+            "--search-branches", "8", "--n", "1")
+    assert r.returncode != 0 and r.stderr.count("\n") == 1 and not (tmp_path / "out").exists()
+    assert "--agent branch-search reads the model's log-probabilities" in r.stderr
+    r = run(tmp_path / "out", "--registry", str(reg), "--models", "remote", "--agent", "search",
+            "--search-branches", "8", "--n", "1")
+    assert "--agent search --search-branches reads the model's log-probabilities" in r.stderr
+    assert r.returncode != 0 and r.stderr.count("\n") == 1 and not (tmp_path / "out").exists()

@@ -183,3 +183,19 @@ def test_cli_a_backend_that_cannot_score_is_refused_in_one_line(tmp_path: Path) 
             "--search-branches", "8", "--n", "1")
     assert "--agent search --search-branches reads the model's log-probabilities" in r.stderr
     assert r.returncode != 0 and r.stderr.count("\n") == 1 and not (tmp_path / "out").exists()
+
+
+def test_only_what_a_write_puts_in_the_file_is_doubted_inline_or_in_a_block() -> None:
+    from agent_harness.strategies.search import Action, _written
+
+    content = 'def f():\n    return "é"\n'
+    inline = write(content)
+    a = Action("", "write_file", {"path": TARGET, "content": content})
+    start, end = _written(inline, a) or (0, 0)
+    assert json.loads(f'"{inline[start:end]}"') == content
+    block = f'TOOL_CALL: {{"tool": "write_file", "args": {{"path": "{TARGET}"}}}}\n```python\n{content}```'
+    start, end = _written(block, a) or (0, 0)
+    assert block[start:end] == content
+    edit = Action("", "edit_file", {"path": TARGET, "old": "x", "new": "return 2\n"})
+    assert _written('TOOL_CALL: {"tool": "edit_file", "args": {"old": "x", "new": "return 2\\n"}}', edit)
+    assert _written("TOOL_CALL: {}", a) is None

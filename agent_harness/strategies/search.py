@@ -202,15 +202,15 @@ class SearchEpisode(Episode):
         if not n or not writes or any(t.verdict == "passed" for t in tried):
             return []
         base = max(writes, key=lambda t: t.rank(self.config.prefer_changes))
-        start = _written(base.reply.text, base.action.tool)
-        key = _key(base.action)
-        if start is None or key in self._branched:
+        span, key = _written(base.reply.text, base.action), _key(base.action)
+        if span is None or key in self._branched:
             return []
         self._branched.add(key)
         prompt, params = self.prompt(), self.gen_params()
         [scored] = ask_all(ask, [scoring(prompt, base.reply.text, params,
                                          RequestMeta(self.task, "search", self.turn, candidate=base.n))])
-        found = [] if scored.error else doubts(scored.scores, start, -(-n // ALTERNATIVES), ALTERNATIVES)
+        inside = tuple(t for t in scored.scores if t.start < span[1])
+        found = [] if scored.error else doubts(inside, span[0], -(-n // ALTERNATIVES), ALTERNATIVES)
         self._add(Doubts(**self._at(), text=described(scored, found, f"candidate {base.n}'s write"), doubts=found,
                          latency_s=scored.latency_s, tokens=cast(StepTokens, scored.token_counts())))
         self._count(scored)
@@ -297,9 +297,18 @@ def _key(action: Action) -> str:
     return json.dumps([action.tool, action.args, action.usable], sort_keys=True, default=repr)
 
 
-def _written(text: str, tool: str | None) -> int | None:
-    """Where the text a write puts in the file begins in its reply (write_file's `content`, edit_file's `new`),
-    so only that is doubted; None when the reply does not spell it out."""
-    call = text.find("TOOL_CALL:")
-    at = -1 if call < 0 else text.find('"new"' if tool == "edit_file" else '"content"', call)
-    return None if at < 0 else at + len('"content"' if tool != "edit_file" else '"new"')
+def _written(text: str, action: Action) -> tuple[int, int] | None:
+    """Where the text a write puts in the file (write_file's `content`, edit_file's `new`) stands in its reply, as
+    the model wrote it (inside the call's JSON, escaped, or in a code block after the call), so that only it is
+    doubted; None when it is not found there as parsed."""
+    written = action.args.get("new" if action.tool == "edit_file" else "content")
+    if not isinstance(written, str) or not written.strip():
+        return None
+    call = max(text.find("TOOL_CALL:"), 0)
+    # a code block's body gets a last newline when it had none (protocol.parser)
+    for form in (json.dumps(written)[1:-1], json.dumps(written, ensure_ascii=False)[1:-1], written,
+                 written.removesuffix("\n")):
+        at = text.find(form, call)
+        if at >= 0:
+            return at, at + len(form)
+    return None

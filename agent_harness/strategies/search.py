@@ -183,7 +183,7 @@ class SearchEpisode(Episode):
         return tried
 
     def _try_each(self, tried: list[Tried]) -> None:
-        """Try each in order until one passes (the rest: not_tried); an action tried before this turn, once."""
+        """Try each in order until one passes (the rest: not_tried); an action tried this turn keeps its verdict."""
         for t in tried:
             key = _key(t.action)
             if key in self._seen:

@@ -85,7 +85,6 @@ class SearchEpisode(Episode):
     _now: Trial | None = None  # the visible tests on the workspace as it is (tried once, then kept up to date)
     _chosen: GenParams | None = None  # the chosen candidate's sampling, while its reply is taken
     _aside: int = 0  # tokens of the candidates not continued from (not in the budget)
-    _seen: dict[str, Tried] = field(default_factory=dict)  # this turn's actions tried, by their call
     _branched: set[str] = field(default_factory=set)  # the writes branched at (search_branches), by their call
 
     def run(self, ask: Ask) -> None:
@@ -178,19 +177,19 @@ class SearchEpisode(Episode):
             raise UnusableReply(next(c.error for c in replies if c.error is not None))
         tried = [Tried(n, params, c, self._action(c))
                  for n, ((_, params, _), c) in enumerate(zip(requests, replies, strict=True))]
-        self._seen = {}
-        self._try_each(tried)
+        self._try_each(tried, {})
         return tried
 
-    def _try_each(self, tried: list[Tried]) -> None:
-        """Try each in order until one passes (the rest: not_tried); an action tried this turn keeps its verdict."""
+    def _try_each(self, tried: list[Tried], seen: dict[str, Tried]) -> None:
+        """Try each in order until one passes (the rest: not_tried); an action in `seen` (tried this turn, by its
+        call) takes that verdict."""
         for t in tried:
             key = _key(t.action)
-            if key in self._seen:
-                t.verdict, t.trial = self._seen[key].verdict, self._seen[key].trial
+            if key in seen:
+                t.verdict, t.trial = seen[key].verdict, seen[key].trial
             else:
                 self._try(t)
-                self._seen[key] = t
+                seen[key] = t
             if t.verdict == "passed":
                 break
 
@@ -215,17 +214,16 @@ class SearchEpisode(Episode):
                          latency_s=scored.latency_s, tokens=cast(StepTokens, scored.token_counts())))
         self._count(scored)
         self._aside += (scored.prompt_tokens or 0) + (scored.completion_tokens or 0)
-        points = [(d, alt) for d in found for alt in d["model"]][:n]
+        points = [(d, alt, base.reply.text[:d["at"]] + alt) for d in found for alt in d["model"]][:n]
         first = len(tried)
-        requests = [prefilled(prompt, base.reply.text[:d["at"]] + alt, params,
-                              RequestMeta(self.task, "search", self.turn, candidate=first + i))
-                    for i, (d, alt) in enumerate(points)]
+        requests = [prefilled(prompt, prefix, params, RequestMeta(self.task, "search", self.turn, candidate=first + i))
+                    for i, (_, _, prefix) in enumerate(points)]
         replies = ask_all(ask, requests) if requests else []
         out = []
-        for i, ((d, alt), (_, p, _), c) in enumerate(zip(points, requests, replies, strict=True)):
-            whole = c if c.error is not None else replace(c, text=base.reply.text[:d["at"]] + alt + c.text)
+        for i, ((d, alt, prefix), (_, p, _), c) in enumerate(zip(points, requests, replies, strict=True)):
+            whole = c if c.error is not None else replace(c, text=prefix + c.text)
             out.append(Tried(first + i, p, whole, self._action(whole), branch={**d, "model": [alt]}))
-        self._try_each(out)
+        self._try_each(out, {_key(t.action): t for t in tried})  # every one was tried: none passed
         return out
 
     def _try(self, t: Tried) -> None:

@@ -20,7 +20,8 @@ from agent_harness.sandbox.workspace import Workspace
 from agent_harness.scenarios import TaskQuery
 from agent_harness.scenarios.humanevalfix import SCENARIO
 from agent_harness.strategies.asking import Request
-from agent_harness.strategies.branch import BranchEpisode, doubts
+from agent_harness.strategies.branch import BranchEpisode
+from agent_harness.strategies.doubts import doubts
 from agent_harness.traces.steps import Candidate, Doubts, Final
 from agent_harness.types import Completion, GenParams, TokenScore
 

@@ -20,14 +20,14 @@ transformers, openai with `openai.tokenizer` (a `vllm serve`), scripted.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from ..errors import UnusableReply
-from ..traces.steps import BranchPoint, Doubts, StepTokens
+from ..traces.steps import BranchPoint
 from ..types import Completion, RequestMeta
 from .asking import Request, ask_all
 from .best_of_n import BestOfNEpisode, Sample
-from .doubts import ALTERNATIVES, TOP, described, doubts, prefilled, scoring
+from .doubts import ALTERNATIVES, TOP, doubts_step, most_doubted, prefilled, scoring
 from .scratch import RANK
 
 if TYPE_CHECKING:
@@ -70,11 +70,8 @@ class BranchEpisode(BestOfNEpisode):
 
     def _doubts(self, scored: Completion) -> list[BranchPoint]:
         """The doubts the scoring found (none when it failed: candidate 0 is then tried alone), recorded."""
-        positions = -(-self.candidates // ALTERNATIVES)
-        found = [] if scored.error else doubts(scored.scores, len(self.fix.prefill), positions, ALTERNATIVES)
-        self._add(Doubts(**self._at(), text=described(scored, found, "the given code"), doubts=found,
-                         latency_s=scored.latency_s,
-                         tokens=cast(StepTokens, scored.token_counts())))
+        found = most_doubted(scored, len(self.fix.prefill), self.candidates)
+        self._add(doubts_step(self._at(), scored, found, "the given code"))
         self._count(scored)
         return found
 

@@ -6,8 +6,9 @@ there, and the rest completed greedily."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import cast
 
-from ..traces.steps import BranchPoint
+from ..traces.steps import BranchPoint, Doubts, Place, StepTokens
 from ..types import Completion, Conversation, GenParams, RequestMeta, TokenScore
 from .asking import Request
 
@@ -26,14 +27,23 @@ def doubts(scores: tuple[TokenScore, ...], start: int, positions: int, alternati
     return found[:positions]
 
 
-def described(scored: Completion, found: list[BranchPoint], what: str) -> str:
-    """The `doubts` step's text: the doubted tokens, or why there are none (`what`: the code scored)."""
+def most_doubted(scored: Completion, start: int, n: int) -> list[BranchPoint]:
+    """The doubts `n` branches go to: the `ceil(n / ALTERNATIVES)` most doubted tokens from `start` (none when the
+    scoring failed)."""
+    return [] if scored.error else doubts(scored.scores, start, -(-n // ALTERNATIVES), ALTERNATIVES)
+
+
+def doubts_step(place: Place, scored: Completion, found: list[BranchPoint], what: str) -> Doubts:
+    """The `doubts` step of a scoring: the doubted tokens, or why there are none (`what`: the code scored)."""
     if scored.error:
-        return f"the model's doubts could not be read: {scored.error}"
-    if not found:
-        return f"the model doubts no token of {what}"
-    return "; ".join(f"{d['code']!r} at {d['at']}: {' or '.join(map(repr, d['model']))} (margin {d['margin']:.2f})"
-                     for d in found)
+        text = f"the model's doubts could not be read: {scored.error}"
+    elif not found:
+        text = f"the model doubts no token of {what}"
+    else:
+        text = "; ".join(f"{d['code']!r} at {d['at']}: {' or '.join(map(repr, d['model']))} "
+                         f"(margin {d['margin']:.2f})" for d in found)
+    return Doubts(**place, text=text, doubts=found, latency_s=scored.latency_s,
+                  tokens=cast(StepTokens, scored.token_counts()))
 
 
 def scoring(prompt: Conversation, reply: str, params: GenParams, meta: RequestMeta) -> Request:

@@ -26,18 +26,18 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from ..errors import FormatError, ToolError, UnusableReply
 from ..protocol import parse_reply
 from ..protocol.native import CALL_PREFILL, SUBMIT, parse_native
 from ..text import error_text
 from ..tools import ToolResult as ToolOutput
-from ..traces.steps import BranchPoint, Candidate, Doubts, Restart, StepTokens, Verdict, reply_record
+from ..traces.steps import BranchPoint, Candidate, Restart, Verdict, reply_record
 from ..types import Completion, GenParams, RequestMeta, request_seed
 from .asking import Request, ask_all
 from .config import AgentConfig
-from .doubts import ALTERNATIVES, described, doubts, prefilled, scoring
+from .doubts import ALTERNATIVES, doubts_step, most_doubted, prefilled, scoring
 from .history import test_record
 from .react import Episode, example_file
 from .scratch import RANK, RANK_CHANGES, READ_ONLY, Trial, candidate_rank, test_files, try_action
@@ -208,10 +208,9 @@ class SearchEpisode(Episode):
         prompt, params = self.prompt(), self.gen_params()
         [scored] = ask_all(ask, [scoring(prompt, base.reply.text, params,
                                          RequestMeta(self.task, "search", self.turn, candidate=base.n))])
-        inside = tuple(t for t in scored.scores if t.start < span[1])
-        found = [] if scored.error else doubts(inside, span[0], -(-n // ALTERNATIVES), ALTERNATIVES)
-        self._add(Doubts(**self._at(), text=described(scored, found, f"candidate {base.n}'s write"), doubts=found,
-                         latency_s=scored.latency_s, tokens=cast(StepTokens, scored.token_counts())))
+        inside = replace(scored, scores=tuple(t for t in scored.scores if t.start < span[1]))
+        found = most_doubted(inside, span[0], n)
+        self._add(doubts_step(self._at(), scored, found, f"candidate {base.n}'s write"))
         self._count(scored)
         self._aside += (scored.prompt_tokens or 0) + (scored.completion_tokens or 0)
         points = [(d, alt, base.reply.text[:d["at"]] + alt) for d in found for alt in d["model"]][:n]

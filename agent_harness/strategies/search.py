@@ -209,7 +209,7 @@ class SearchEpisode(Episode):
         [scored] = ask_all(ask, [scoring(prompt, base.reply.text, params,
                                          RequestMeta(self.task, "search", self.turn, candidate=base.n))])
         inside = replace(scored, scores=tuple(t for t in scored.scores if t.start < span[1]))
-        found = most_doubted(inside, span[0], n, skip_layout=True)
+        found = most_doubted(inside, span[0], n)
         self._add(doubts_step(self._at(), scored, found, f"candidate {base.n}'s write"))
         self._count(scored)
         self._aside += (scored.prompt_tokens or 0) + (scored.completion_tokens or 0)

@@ -16,7 +16,7 @@ sandbox-image:
 
 COMPARE := $(PY) run_agents.py --models qwen2.5-coder-0.5b,qwen2.5-coder-1.5b-offline --n 20 --no-embed --out traces/compare
 
-# HumanEvalFix's default strategy, best-of-n-search (the best measured); ARGS="--agent react" runs the tool agent alone.
+# HumanEvalFix's default strategy, branch-search (the best measured); ARGS="--agent react" runs the tool agent alone.
 run: setup
 	$(PY) run_agents.py --n 20 $(ARGS)
 	@echo ""

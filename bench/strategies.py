@@ -212,7 +212,9 @@ def served(model: str, args: argparse.Namespace) -> Iterator[Path]:
 def defaults_digest(cfg: Config) -> str:
     """A digest of the settings `cfg`'s flags leave to the harness (the agent's and reflect's defaults, as its
     strategy records them): a changed default makes a finished run resume instead of being skipped."""
-    from agent_harness.run.episodes import STRATEGIES, default_strategy
+    from dataclasses import replace
+
+    from agent_harness.run.episodes import DEFAULT_PRESETS, STRATEGIES, default_strategy
     from agent_harness.scenarios import get_scenario
     from agent_harness.strategies.config import AgentConfig, ReflectConfig
 
@@ -220,6 +222,8 @@ def defaults_digest(cfg: Config) -> str:
     name = args[args.index("--agent") + 1].replace("-", "_") if "--agent" in args else \
         default_strategy(get_scenario("humanevalfix"), ReflectConfig()).name
     agent = STRATEGIES[name].recorded(AgentConfig())
+    if "--agent" not in args:  # the settings the default was measured with
+        agent = replace(agent, **DEFAULT_PRESETS.get(name, {}))
     data = {"strategy": name, "agent": agent.dump(), "reflect": ReflectConfig().record()}
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 

@@ -159,12 +159,51 @@ def test_each_scenario_defaults_to_the_best_strategy_it_supports() -> None:
     reflect = ReflectConfig()
     defaults = {name: default_strategy(get_scenario(name), reflect).name for name in scenario_names()}
     calibrated = {"humanevalfix", "bogus"}  # a bigcode-style prompt and one function; the YAML ones use tools only
-    assert defaults == {name: "best_of_n_search" if name in calibrated else "react" for name in scenario_names()}
+    assert defaults == {name: "branch_search" if name in calibrated else "react" for name in scenario_names()}
     assert len(defaults) > len(calibrated)
+    unscored = {name: default_strategy(get_scenario(name), reflect, scores=False).name for name in scenario_names()}
+    assert unscored == {name: "best_of_n_search" if name in calibrated else "react" for name in scenario_names()}
     for name in scenario_names():
         assert STRATEGIES["react"].supports(get_scenario(name), reflect)
+        assert STRATEGIES["branch_search"].supports(get_scenario(name), reflect) == (name in calibrated)
         assert STRATEGIES["best_of_n_search"].supports(get_scenario(name), reflect) == (name in calibrated)
         assert STRATEGIES["reflect_react"].supports(get_scenario(name), reflect) == (name in calibrated)
+
+
+def test_a_default_runs_with_the_settings_it_was_measured_with_unless_given() -> None:
+    """Without --agent, branch-search adds --search-branches 32 --initial-files (where the flags do not give them,
+    under the text protocol); an explicit --agent branch-search runs as its flags say."""
+    registry = load_registry(ROOT / "models.yaml")
+    [oracle] = registry.resolve("oracle")
+
+    def agent(strategy: str | None, given: frozenset[str] | None = None, **settings: Any) -> AgentConfig:
+        cfg = RunConfig(models=[oracle], out=Path("unused"), embed=False, strategy=strategy,
+                        agent=AgentConfig(**settings), given=given)
+        return cfg.agent_for(oracle, "branch_search")
+
+    assert (agent(None).search_branches, agent(None).initial_files) == (32, True)
+    assert (agent("branch_search").search_branches, agent("branch_search").initial_files) == (0, False)
+    assert agent(None, search_branches=8).search_branches == 8  # away from its default: given
+    assert agent(None, frozenset({"search_branches"})).search_branches == 0  # given on the command line as 0
+    assert agent(None, protocol="native").search_branches == 0  # measured under text; branches prefill text
+    assert agent(None).dump()["search_branches"] == 32  # recorded: the fingerprint and the header say it
+
+
+def test_a_default_the_backend_cannot_run_gives_way_to_the_next_with_a_note(capsys: pytest.CaptureFixture[str]) \
+        -> None:
+    registry = load_registry(ROOT / "models.yaml")
+    [oracle, server] = registry.resolve("oracle,local-server")  # the server's prompts are text: it cannot score
+    cfg = RunConfig(models=[oracle, server], scenarios=["humanevalfix", "repo_bugfix"], n=1, out=Path("unused"),
+                    embed=False)
+    planned = [j for _, _, jobs in plan_jobs(cfg) for j in jobs]
+    ran = {spec.name: {j.scenario_name: j.strategy for j in model_jobs(cfg, spec, planned)}
+           for spec in (oracle, server)}
+    assert ran == {"oracle": {"humanevalfix": "branch_search", "repo_bugfix": "react"},
+                   "local-server": {"humanevalfix": "best_of_n_search", "repo_bugfix": "react"}}
+    assert capsys.readouterr().err.strip() == (
+        "model 'local-server': humanevalfix runs best-of-n-search, not its default branch-search, which reads the "
+        "model's log-probabilities of a given reply that its backend (openai) cannot give")
+    assert cfg.agent_for(server, "best_of_n_search").search_branches == 0  # the presets are branch-search's
 
 
 def test_the_search_settings_are_recorded_where_search_runs_only() -> None:
@@ -239,16 +278,23 @@ def test_without_agent_each_scenario_runs_its_default_and_the_trace_names_it(tmp
     out = tmp_path / "t"
     r = _cli("--models", "oracle", "--n", "1", "--scenario", "humanevalfix,repo_bugfix", "--out", str(out))
     assert r.returncode == 0, r.stderr
-    assert "strategy: best-of-n-search on humanevalfix; react on repo_bugfix (each scenario's default" in r.stdout
+    assert ("strategy: branch-search --search-branches 32 --initial-files on humanevalfix; react on repo_bugfix "
+            "(each scenario's default") in r.stdout
     traces = {p.relative_to(out).parts[1]: json.loads(p.read_text()) for p in out.rglob("run_*.json")}
     assert {k: t["agent"]["strategy"] for k, t in traces.items()} == {
-        "humanevalfix-best_of_n_search": "best_of_n_search", "repo_bugfix": "react"}
+        "humanevalfix-branch_search": "branch_search", "repo_bugfix": "react"}
     assert all(t["outcome"]["passed"] for t in traces.values())
+    header = traces["humanevalfix-branch_search"]["agent"]
+    assert (header["search_branches"], header["initial_files"]) == (32, True)
 
-    # an explicit --agent applies to every scenario and finds the default's traces done
-    r = _cli("--models", "oracle", "--n", "1", "--agent", "best-of-n-search", "--out", str(out), "--resume")
+    # an explicit --agent applies to every scenario, as its flags say: with the default's, it finds its traces done
+    r = _cli("--models", "oracle", "--n", "1", "--agent", "branch-search", "--search-branches", "32",
+             "--initial-files", "--out", str(out), "--resume")
     assert r.returncode == 0 and "resume: reused 1, redid 0" in r.stderr, r.stderr
     assert "strategy:" not in r.stdout
+    r = _cli("--models", "oracle", "--n", "1", "--search-branches", "0", "--out", str(out), "--resume")
+    assert r.returncode == 0 and "resume: reused 0, redid 1 (1 config changed" in r.stderr, r.stderr
+    assert "strategy: branch-search --initial-files on humanevalfix (each scenario's default" in r.stdout
 
     r = _cli("--models", "oracle", "--n", "1", "--scenario", "repo_bugfix", "--iters", "2", "--out", str(out))
     assert r.returncode == 2

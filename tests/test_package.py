@@ -80,8 +80,8 @@ def test_wheel_runs_outside_the_repo(installed: tuple[Path, dict[str, str]], tmp
     _run([str(bin_dir / "agent-harness"), "run", "--models", "oracle,null", "--n", "2", "--no-embed",
           "--no-progress"], tmp_path, env)
     summary = json.loads((tmp_path / "traces" / "summary.json").read_text())
-    assert summary["oracle"]["humanevalfix-best_of_n_search"]["pass@1"] == 1.0  # the scenario's default strategy
-    assert summary["null"]["humanevalfix-best_of_n_search"]["pass@1"] == 0.0
+    assert summary["oracle"]["humanevalfix-branch_search"]["pass@1"] == 1.0  # the scenario's default strategy
+    assert summary["null"]["humanevalfix-branch_search"]["pass@1"] == 0.0
     traces = sorted((tmp_path / "traces").rglob("*.json"))
     assert len([t for t in traces if t.name != "summary.json"]) == 4  # 2 models x 2 tasks
 
@@ -106,7 +106,7 @@ def test_user_registry_overrides_the_builtin(installed: tuple[Path, dict[str, st
     _run([str(bin_dir / "agent-harness"), "run", "--n", "1", "--no-embed", "--no-progress", "--out", "t"],
          tmp_path, env)
     summary = json.loads((tmp_path / "t" / "summary.json").read_text())
-    assert summary["mine"]["humanevalfix-best_of_n_search"]["pass@1"] == 1.0
+    assert summary["mine"]["humanevalfix-branch_search"]["pass@1"] == 1.0
 
 
 def test_installed_cache_is_the_user_cache(installed: tuple[Path, dict[str, str]], tmp_path: Path) -> None:

@@ -98,7 +98,7 @@ def _add_strategy(p: argparse.ArgumentParser) -> None:
     """--agent: its choices and help from the strategy registry."""
     from ..run.episodes import DEFAULT_ORDER, STRATEGIES
 
-    order = " where it can run, else ".join(STRATEGIES[n].flag for n in DEFAULT_ORDER)
+    order = " where it can run, else ".join(_with_presets(n, frozenset()) for n in DEFAULT_ORDER)
     p.add_argument("--agent", choices=[s.flag for s in STRATEGIES.values()], default=None,
                    help=f"strategy for every scenario (default: each scenario its best measured one: {order}): "
                         + "; ".join(f"{s.flag} ({s.help})" for s in STRATEGIES.values()))
@@ -205,21 +205,35 @@ def cmd_run(args: argparse.Namespace) -> int:
         workers=args.workers,
         backend=args.backend,
         progress=not args.no_progress and sys.stderr.isatty(),
-        agent=build(AgentConfig, given_settings(args, AgentConfig)),
+        agent=build(AgentConfig, (agent := given_settings(args, AgentConfig))),
+        given=frozenset(path[0] for path in agent),
     )
     strategies = scenario_strategies(cfg)
     _check_reflect_flags(args, strategies)
     summary = run(cfg)
-    folders = {spec.name: {cfg.folder(spec, st.name, name) for name, st in strategies.items()} for spec in specs}
+    folders = {spec.name: {cfg.folder(spec, cfg.strategy_for(get_scenario(name), spec).name, name)
+                           for name in strategies} for spec in specs}
     print_table(table_names({m: {s: e for s, e in sc.items() if s in folders[m]}
                              for m, sc in summary.items() if m in folders}), rich_console())
     if strategy is None:
-        ran = {st.flag: [n for n, other in strategies.items() if other is st] for st in strategies.values()}
+        ran = {_with_presets(st.name, cfg.given or frozenset()): [n for n, other in strategies.items() if other is st]
+               for st in strategies.values()}
         print(printable("strategy: " + "; ".join(f"{flag} on {', '.join(names)}" for flag, names in ran.items())
                         + " (each scenario's default; --agent picks one for all)"))
     print(f"traces: {printable(str(args.out))}/  summary: {printable(str(args.out / 'summary.json'))}")
     _warn_unscorable(args.out, specs)
     return 0
+
+
+def _with_presets(strategy: str, given: frozenset[str]) -> str:
+    """A default strategy's --agent spelling with the settings it adds (those the command line did not give)."""
+    from ..run.episodes import DEFAULT_PRESETS, STRATEGIES
+    from ..strategies.config import AgentConfig, settings
+
+    flags = {s.path: s for s in settings(AgentConfig)}
+    added = [flags[(k,)].flag + ("" if flags[(k,)].setting.switch else f" {v}")
+             for k, v in DEFAULT_PRESETS.get(strategy, {}).items() if k not in given]
+    return " ".join([STRATEGIES[strategy].flag, *added])
 
 
 def _warn_unscorable(out: Path, specs: list[Any]) -> None:

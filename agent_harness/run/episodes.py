@@ -214,15 +214,20 @@ STRATEGIES: dict[str, StrategyInfo] = {s.name: s for s in (
 )}
 
 # The defaults, best first as measured on the split nobody tuned on (docs/results.md "The untuned split": on
-# HumanEvalFix's odd tasks best-of-n-search scored highest on both models); a scenario runs the first it supports:
-# a calibrated one (HumanEvalFix, bogus) best-of-n-search, one with a function to reflect on reflect-react, the
-# repository and security scenarios react.
-DEFAULT_ORDER = ("best_of_n_search", "reflect_react", "react")
+# HumanEvalFix's odd tasks branch-search with its search branching its writes and the file in view scored highest
+# on both models); a scenario runs the first it supports and its model's backend can run: a calibrated one
+# (HumanEvalFix, bogus) branch-search (best-of-n-search where the backend cannot score a reply), one with a
+# function to reflect on reflect-react, the repository and security scenarios react.
+DEFAULT_ORDER = ("branch_search", "best_of_n_search", "reflect_react", "react")
+# The settings a default strategy was measured with: a run without --agent uses them unless its flags give them.
+DEFAULT_PRESETS: dict[str, dict[str, Any]] = {"branch_search": {"search_branches": 32, "initial_files": True}}
 
 
-def default_strategy(scenario: object, reflect: ReflectConfig) -> StrategyInfo:
-    """The strategy a scenario runs without --agent: the best measured one it supports (react supports all)."""
-    return next(s for s in (STRATEGIES[n] for n in DEFAULT_ORDER) if s.supports(scenario, reflect))
+def default_strategy(scenario: object, reflect: ReflectConfig, scores: bool = True) -> StrategyInfo:
+    """The strategy a scenario runs without --agent: the best measured one it supports (react supports all),
+    of those that need no scored replies when the backend cannot give them (`scores` False)."""
+    return next(s for s in (STRATEGIES[n] for n in DEFAULT_ORDER)
+                if s.supports(scenario, reflect) and (scores or not s.scores))
 
 
 def build_episode(strategy_name: str, scenario_name: str, inp: EpisodeInputs, scenario: Any,

@@ -7,10 +7,11 @@ import os
 import sys
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from ..backends import scores_replies
 from ..errors import ConfigError
 from ..registry import ModelSpec
 from ..sandbox import safewrite
@@ -20,7 +21,7 @@ from ..strategies.single_shot import recipe_record
 from ..traces.files import trace_paths
 from ..traces.store import resume_status, set_aside, task_slugs, trace_path
 from ..types import Task
-from .episodes import STRATEGIES, EpisodeInputs, StrategyInfo, default_strategy
+from .episodes import DEFAULT_PRESETS, STRATEGIES, EpisodeInputs, StrategyInfo, default_strategy
 from .fingerprint import episode_fingerprint, run_config
 
 # Episodes in flight per model when --concurrency is not given, by the backend that runs them. vLLM's
@@ -60,6 +61,9 @@ class RunConfig:
     dataset_path: Path | None = None
     dataset_hub: bool = False  # HumanEvalFix from the Hugging Face Hub instead of the vendored copy
     agent: AgentConfig = field(default_factory=AgentConfig)
+    # The agent settings the command line gave: a default strategy's presets never override them. None: those
+    # `agent` holds away from their defaults.
+    given: frozenset[str] | None = None
     workers: int = 4  # threads running tools, tests and workspace set-up
     progress: bool = True
     backend: str | None = None  # force this backend for every model (default: each model's own)
@@ -80,21 +84,35 @@ class RunConfig:
         protocol, for a strategy that calls tools; text (and no tool choice) for one that calls none. The settings
         only search reads (SEARCH_ONLY) and those only an opening best-of-n reads (OPENING_ONLY) are kept for
         the strategies that read them; the others record them as before they existed, so their fingerprints do
-        not change with them."""
+        not change with them. A run without --agent adds the settings its default was measured with
+        (`DEFAULT_PRESETS`, under the text protocol) where its flags do not give them."""
         info = STRATEGIES[strategy]
         agent = info.recorded(self.agent)
         if not info.uses_tools:
             return replace(agent, protocol="text", tool_choice="auto")
-        return replace(agent, protocol=agent.protocol or spec.protocol)
+        agent = replace(agent, protocol=agent.protocol or spec.protocol)
+        if self.strategy is None and agent.protocol == "text":
+            given = self.given if self.given is not None else _away_from_defaults(self.agent)
+            agent = replace(agent, **{k: v for k, v in DEFAULT_PRESETS.get(strategy, {}).items() if k not in given})
+        return agent
 
     def folder(self, spec: ModelSpec, strategy: str, scenario: str) -> str:
         """The trace folder of `spec`'s episodes of `strategy` on `scenario` (its protocol's own under native)."""
         agent = self.agent_for(spec, strategy)
         return STRATEGIES[strategy].dirname(scenario, agent.protocol or "text", agent.tool_choice)
 
-    def strategy_for(self, scenario: Scenario) -> StrategyInfo:
-        """The strategy `scenario` runs: --agent's for every scenario, else the scenario's default."""
-        return STRATEGIES[self.strategy] if self.strategy else default_strategy(scenario, self.reflect)
+    def strategy_for(self, scenario: Scenario, spec: ModelSpec | None = None) -> StrategyInfo:
+        """The strategy `scenario` runs: --agent's for every scenario, else the scenario's default (for `spec`:
+        one its backend can run)."""
+        if self.strategy:
+            return STRATEGIES[self.strategy]
+        return default_strategy(scenario, self.reflect, spec is None or scores_replies(spec, self.backend))
+
+
+def _away_from_defaults(agent: AgentConfig) -> frozenset[str]:
+    """The settings `agent` holds at other values than their defaults."""
+    default = AgentConfig()
+    return frozenset(f.name for f in fields(AgentConfig) if getattr(agent, f.name) != getattr(default, f.name))
 
 
 def scenario_strategies(cfg: RunConfig) -> dict[str, StrategyInfo]:
@@ -166,7 +184,11 @@ def strategy_options(cfg: RunConfig, spec: ModelSpec, strategy: str) -> dict[str
 
 
 def model_jobs(cfg: RunConfig, spec: ModelSpec, planned: list[Job]) -> list[Job]:
-    """`planned` for one model: each job with its trace path and fingerprint; stale temp files removed."""
+    """`planned` for one model: each job with its trace path and fingerprint (a scenario's default strategy one
+    its backend can run); stale temp files removed."""
+    if cfg.strategy is None:
+        planned = [replace(j, strategy=cfg.strategy_for(get_scenario(j.scenario_name), spec).name) for j in planned]
+        _note_fallbacks(cfg, spec, planned)
     agents = {name: cfg.agent_for(spec, name) for name in {j.strategy for j in planned}}
     run_cfg = {name: run_config(spec, cfg.backend, STRATEGIES[name].mode, agent, cfg.seed,
                                 strategy_options(cfg, spec, name)) for name, agent in agents.items()}
@@ -183,6 +205,16 @@ def model_jobs(cfg: RunConfig, spec: ModelSpec, planned: list[Job]) -> list[Job]
     for d in sorted({j.path.parent.relative_to(cfg.out) for j in jobs}):
         _remove_stale(cfg.out, d)
     return jobs
+
+
+def _note_fallbacks(cfg: RunConfig, spec: ModelSpec, jobs: list[Job]) -> None:
+    """One line on stderr for each scenario whose default `spec`'s backend cannot run (it reads scored replies)."""
+    for name in sorted({j.scenario_name for j in jobs}):
+        best, ran = cfg.strategy_for(get_scenario(name)), cfg.strategy_for(get_scenario(name), spec)
+        if ran is not best:
+            print(f"model '{spec.name}': {name} runs {ran.flag}, not its default {best.flag}, which reads the "
+                  f"model's log-probabilities of a given reply that its backend ({cfg.backend or spec.backend}) "
+                  "cannot give", file=sys.stderr)
 
 
 def _remove_stale(out: Path, rel: Path) -> None:

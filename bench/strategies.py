@@ -212,9 +212,7 @@ def served(model: str, args: argparse.Namespace) -> Iterator[Path]:
 def defaults_digest(cfg: Config) -> str:
     """A digest of the settings `cfg`'s flags leave to the harness (the agent's and reflect's defaults, as its
     strategy records them): a changed default makes a finished run resume instead of being skipped."""
-    from dataclasses import replace
-
-    from agent_harness.run.episodes import DEFAULT_PRESETS, STRATEGIES, default_strategy
+    from agent_harness.run.episodes import STRATEGIES, default_strategy, with_presets
     from agent_harness.scenarios import get_scenario
     from agent_harness.strategies.config import AgentConfig, ReflectConfig
 
@@ -223,7 +221,7 @@ def defaults_digest(cfg: Config) -> str:
         default_strategy(get_scenario("humanevalfix"), ReflectConfig()).name
     agent = STRATEGIES[name].recorded(AgentConfig())
     if "--agent" not in args:  # the settings the default was measured with
-        agent = replace(agent, **DEFAULT_PRESETS.get(name, {}))
+        agent = with_presets(agent, name)
     data = {"strategy": name, "agent": agent.dump(), "reflect": ReflectConfig().record()}
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 

@@ -98,7 +98,7 @@ def _add_strategy(p: argparse.ArgumentParser) -> None:
     """--agent: its choices and help from the strategy registry."""
     from ..run.episodes import DEFAULT_ORDER, STRATEGIES
 
-    order = " where it can run, else ".join(_with_presets(n, frozenset()) for n in DEFAULT_ORDER)
+    order = " where it can run, else ".join(_spelled_with_presets(n, frozenset()) for n in DEFAULT_ORDER)
     p.add_argument("--agent", choices=[s.flag for s in STRATEGIES.values()], default=None,
                    help=f"strategy for every scenario (default: each scenario its best measured one: {order}): "
                         + "; ".join(f"{s.flag} ({s.help})" for s in STRATEGIES.values()))
@@ -216,8 +216,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     print_table(table_names({m: {s: e for s, e in sc.items() if s in folders[m]}
                              for m, sc in summary.items() if m in folders}), rich_console())
     if strategy is None:
-        ran = {_with_presets(st.name, cfg.given or frozenset()): [n for n, other in strategies.items() if other is st]
-               for st in strategies.values()}
+        ran = {_spelled_with_presets(st.name, cfg.given or frozenset()):
+               [n for n, other in strategies.items() if other is st] for st in strategies.values()}
         print(printable("strategy: " + "; ".join(f"{flag} on {', '.join(names)}" for flag, names in ran.items())
                         + " (each scenario's default; --agent picks one for all)"))
     print(f"traces: {printable(str(args.out))}/  summary: {printable(str(args.out / 'summary.json'))}")
@@ -225,7 +225,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _with_presets(strategy: str, given: frozenset[str]) -> str:
+def _spelled_with_presets(strategy: str, given: frozenset[str]) -> str:
     """A default strategy's --agent spelling with the settings it adds (those the command line did not give)."""
     from ..run.episodes import DEFAULT_PRESETS, STRATEGIES
     from ..strategies.config import AgentConfig, settings

@@ -14,7 +14,7 @@ registry: each strategy's name, builder, trace folder, command-line spelling and
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -221,6 +221,11 @@ STRATEGIES: dict[str, StrategyInfo] = {s.name: s for s in (
 DEFAULT_ORDER = ("branch_search", "best_of_n_search", "reflect_react", "react")
 # The settings a default strategy was measured with: a run without --agent uses them unless its flags give them.
 DEFAULT_PRESETS: dict[str, dict[str, Any]] = {"branch_search": {"search_branches": 32, "initial_files": True}}
+
+
+def with_presets(agent: AgentConfig, strategy: str, given: Collection[str] = ()) -> AgentConfig:
+    """`agent` with the settings default `strategy` was measured with (`DEFAULT_PRESETS`), but those in `given`."""
+    return replace(agent, **{k: v for k, v in DEFAULT_PRESETS.get(strategy, {}).items() if k not in given})
 
 
 def default_strategy(scenario: object, reflect: ReflectConfig, scores: bool = True) -> StrategyInfo:

@@ -21,7 +21,7 @@ from ..strategies.single_shot import recipe_record
 from ..traces.files import trace_paths
 from ..traces.store import resume_status, set_aside, task_slugs, trace_path
 from ..types import Task
-from .episodes import DEFAULT_PRESETS, STRATEGIES, EpisodeInputs, StrategyInfo, default_strategy
+from .episodes import STRATEGIES, EpisodeInputs, StrategyInfo, default_strategy, with_presets
 from .fingerprint import episode_fingerprint, run_config
 
 # Episodes in flight per model when --concurrency is not given, by the backend that runs them. vLLM's
@@ -93,7 +93,7 @@ class RunConfig:
         agent = replace(agent, protocol=agent.protocol or spec.protocol)
         if self.strategy is None and agent.protocol == "text":
             given = self.given if self.given is not None else _away_from_defaults(self.agent)
-            agent = replace(agent, **{k: v for k, v in DEFAULT_PRESETS.get(strategy, {}).items() if k not in given})
+            agent = with_presets(agent, strategy, given)
         return agent
 
     def folder(self, spec: ModelSpec, strategy: str, scenario: str) -> str:
@@ -186,9 +186,11 @@ def strategy_options(cfg: RunConfig, spec: ModelSpec, strategy: str) -> dict[str
 def model_jobs(cfg: RunConfig, spec: ModelSpec, planned: list[Job]) -> list[Job]:
     """`planned` for one model: each job with its trace path and fingerprint (a scenario's default strategy one
     its backend can run); stale temp files removed."""
-    if cfg.strategy is None:
-        planned = [replace(j, strategy=cfg.strategy_for(get_scenario(j.scenario_name), spec).name) for j in planned]
-        _note_fallbacks(cfg, spec, planned)
+    if cfg.strategy is None:  # `planned` holds each scenario's default for a backend that scores replies
+        best = {j.scenario_name: j.strategy for j in planned}
+        ran = {name: cfg.strategy_for(get_scenario(name), spec).name for name in best}
+        _note_fallbacks(spec, cfg.backend, best, ran)
+        planned = [replace(j, strategy=ran[j.scenario_name]) for j in planned]
     agents = {name: cfg.agent_for(spec, name) for name in {j.strategy for j in planned}}
     run_cfg = {name: run_config(spec, cfg.backend, STRATEGIES[name].mode, agent, cfg.seed,
                                 strategy_options(cfg, spec, name)) for name, agent in agents.items()}
@@ -207,14 +209,13 @@ def model_jobs(cfg: RunConfig, spec: ModelSpec, planned: list[Job]) -> list[Job]
     return jobs
 
 
-def _note_fallbacks(cfg: RunConfig, spec: ModelSpec, jobs: list[Job]) -> None:
+def _note_fallbacks(spec: ModelSpec, backend: str | None, best: dict[str, str], ran: dict[str, str]) -> None:
     """One line on stderr for each scenario whose default `spec`'s backend cannot run (it reads scored replies)."""
-    for name in sorted({j.scenario_name for j in jobs}):
-        best, ran = cfg.strategy_for(get_scenario(name)), cfg.strategy_for(get_scenario(name), spec)
-        if ran is not best:
-            print(f"model '{spec.name}': {name} runs {ran.flag}, not its default {best.flag}, which reads the "
-                  f"model's log-probabilities of a given reply that its backend ({cfg.backend or spec.backend}) "
-                  "cannot give", file=sys.stderr)
+    for name in sorted(best):
+        if ran[name] != best[name]:
+            print(f"model '{spec.name}': {name} runs {STRATEGIES[ran[name]].flag}, not its default "
+                  f"{STRATEGIES[best[name]].flag}, which reads the model's log-probabilities of a given reply that "
+                  f"its backend ({backend or spec.backend}) cannot give", file=sys.stderr)
 
 
 def _remove_stale(out: Path, rel: Path) -> None:

@@ -132,6 +132,8 @@ CONFIGS: dict[str, Config] = {
     "branch-search-branches": Config(("--agent", "branch-search", "--search-branches", "32")),
     "branch-search-branches-files": Config(("--agent", "branch-search", "--search-branches", "32",
                                             "--initial-files")),
+    "branch-search-spread-files": Config(("--agent", "branch-search", "--search-branches", "32", "--spread-branches",
+                                          "--initial-files")),
     "branch-search-branches-kept": Config(("--agent", "branch-search", "--search-branches", "32",
                                            "--handoff", "kept")),
     "best-of-n-k8": Config(("--agent", "best-of-n", "--candidates", "8")),

@@ -47,6 +47,22 @@ def test_doubts_are_the_widest_margins_after_the_start_earlier_first_on_ties() -
     assert [d["at"] for d in doubts(scores, start=5, positions=10, alternatives=1)] == [10, 12, 14, 18]
 
 
+def test_doubts_that_only_lay_the_code_out_otherwise_can_be_skipped() -> None:
+    """A written file's doubts: another line break, indentation or escape is no doubt with `skip_layout`; the
+    margin is then the best remaining token's."""
+    scores = (
+        TokenScore(0, ")", -3.0, ((")\\n\\n", -0.1), (",", -1.0))),  # escaped blank lines, then a real doubt
+        TokenScore(2, "\n", -2.0, (("\n\n", -0.2),)),  # only another layout: no doubt left
+        TokenScore(4, "):", -2.0, (("):\\", -0.3), (" or", -1.5))),  # a line continuation
+        TokenScore(6, " ==", -1.0, ((" !=", -0.5),)),
+    )
+    assert [d["at"] for d in doubts(scores, 0, 4, 2)] == [0, 2, 4, 6]
+    kept = doubts(scores, 0, 4, 2, skip_layout=True)
+    assert kept == [{"at": 0, "code": ")", "model": [","], "margin": 2.0},
+                    {"at": 4, "code": "):", "model": [" or"], "margin": 0.5},
+                    {"at": 6, "code": " ==", "model": [" !="], "margin": 0.5}]
+
+
 # -- scoring: tokens to text --------------------------------------------------------------------------------------
 
 VOCAB = {1: b"<s>", 2: b"H:", 10: b"a", 11: b"\xc3", 12: b"\xb1", 13: b"b", 20: b"x", 21: b"\xc3", 22: b"yz"}

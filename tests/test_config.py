@@ -108,7 +108,8 @@ def test_dump_leaves_out_later_settings_while_they_behave_as_before() -> None:
                                          "protocol": "text", "tool_choice": "auto", "action_space": "tools",
                                          "demo_source": "builtin", "candidates": 4, "search_temperature": 0.8,
                                          "search_restart": True, "protect_tests": False, "prefer_changes": False,
-                                         "tests_on_write": False, "search_branches": 0, "opening_candidates": 16,
+                                         "tests_on_write": False, "search_branches": 0, "spread_branches": False,
+                                         "opening_candidates": 16,
                                          "handoff": "given"}
     assert "protocol" not in AgentConfig(protocol="text").dump()
     assert "tool_choice" not in AgentConfig(protocol="native").dump()

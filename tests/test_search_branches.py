@@ -114,6 +114,47 @@ def test_a_write_is_branched_once_per_episode_and_nothing_without_the_setting(ws
     assert all(not p.prompt_logprobs and c[-1]["role"] != "assistant" for b in plain.batches for c, p, _ in b)
 
 
+OTHER = write(GIVEN.replace("% 1.0 + 1.0", "% 1.0 + 2.0"))  # another wrong write, sampled warm
+
+
+class Two(Model):
+    """Sampled candidate 0 writes the file back, every other sampled candidate writes OTHER (the same failing check:
+    candidate 0 ranks first); no branch fixes it."""
+
+    def many(self, requests: Sequence[Request]) -> list[Completion]:
+        self.batches.append(list(requests))
+        return [reply(OTHER) if m.candidate and c[-1]["role"] != "assistant" and not p.prompt_logprobs
+                else self.answer(c, p) for c, p, m in requests]
+
+
+@pytest.mark.parametrize("spread", [False, True])
+def test_spread_branches_branches_the_best_write_not_branched_yet(ws: Workspace, spread: bool) -> None:
+    """Two turns whose candidates write the same two files: by default only the first turn's best write is
+    branched (the second turn's best is the same write); spread, the second turn branches the other write."""
+    model = Two(fixes=False)
+    ep = search(ws, max_steps=2, search_restart=False, candidates=2, spread_branches=spread)
+    ep.run(Asker(model.many))
+    scored = [c[-1]["content"] for b in model.batches for c, p, _ in b if p.prompt_logprobs]
+    assert ep.exit_reason == "max_steps"
+    assert sorted(scored) == (sorted([COPY, OTHER]) if spread else [COPY])
+
+
+def test_spread_branches_skips_doubts_of_layout_alone(ws: Workspace) -> None:
+    """A write's doubt whose other token only breaks the line otherwise is not branched when spread."""
+    class Layout(Model):
+        def answer(self, conv: list[dict[str, str]], params: GenParams) -> Completion:
+            if params.prompt_logprobs:
+                text = conv[-1]["content"]
+                return reply("", (TokenScore(text.index(" +"), " +", -2.0, ((" +\\n", -0.1), (" -", -0.5))),))
+            return super().answer(conv, params)
+
+    model, ep = Layout(), search(ws, spread_branches=True)
+    ep.run(Asker(model.many))
+    [doubts] = [s for s in ep.steps if isinstance(s, Doubts)]
+    assert doubts.doubts == [{"at": COPY.index(" +"), "code": " +", "model": [" -"], "margin": 1.5}]
+    assert ep.exit_reason == "submitted"
+
+
 def test_a_failed_scoring_is_recorded_and_the_search_goes_on(ws: Workspace) -> None:
     class Unscored(Model):
         def answer(self, conv: list[dict[str, str]], params: GenParams) -> Completion:
@@ -139,6 +180,7 @@ def test_the_setting_is_checked() -> None:
         AgentConfig(search_branches=65)
     with pytest.raises(ConfigError, match="--protocol text only"):
         AgentConfig(search_branches=8, protocol="native")
+
 
 
 # -- the whole path -----------------------------------------------------------------------------------------------

@@ -212,6 +212,12 @@ class AgentConfig:
                                    "not yet branched, score that reply and branch it where the model doubts what it "
                                    "wrote: N programs (as --agent branch), each tried as a candidate (needs a "
                                    "backend that scores replies)", type=int, metavar="N", added=0)
+    # Tuned on the even split: no branch at a doubt whose other tokens only lay the write out otherwise passed (0 of
+    # 380), and a turn whose best write was branched before branched nothing while its other writes were new.
+    spread_branches: bool = setting(False, "helper on: --search-branches branches the turn's best write not yet "
+                                    "branched (by default only its best write, if not yet branched), and skips "
+                                    "doubts whose other tokens differ only in whitespace or escapes", sets=True,
+                                    added=False)
     opening_candidates: int = setting(32, "best-of-n-search: programs sampled at once in its best-of-n phase "
                                       "(--candidates: per turn of its search phase)", type=int, metavar="N",
                                       added=16)
@@ -293,7 +299,7 @@ class AgentConfig:
 
 
 # Settings only search reads: the other strategies record them as before they existed.
-SEARCH_ONLY = ("protect_tests", "prefer_changes", "tests_on_write", "search_branches")
+SEARCH_ONLY = ("protect_tests", "prefer_changes", "tests_on_write", "search_branches", "spread_branches")
 OPENING_ONLY = ("opening_candidates",)
 
 

@@ -5,6 +5,7 @@ there, and the rest completed greedily."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import cast
 
@@ -16,21 +17,32 @@ ALTERNATIVES = 2  # the model's preferred tokens branched at, at each doubted on
 TOP = 5  # log-probabilities read at each token of the given code
 
 
-def doubts(scores: tuple[TokenScore, ...], start: int, positions: int, alternatives: int) -> list[BranchPoint]:
+def layout(text: str) -> str:
+    """`text` without whitespace and escapes (`\\n`, `\\t`, `\\r`, a lone backslash): what is left the same when
+    the model would only have laid the same code out otherwise."""
+    return re.sub(r"\\[ntr]|\\|\s", "", text)
+
+
+def doubts(scores: tuple[TokenScore, ...], start: int, positions: int, alternatives: int,
+           skip_layout: bool = False) -> list[BranchPoint]:
     """The `positions` most doubted tokens that start at or after character `start`, most doubted first (ties:
-    earlier first); margin = log p(the best other token) - log p(the code's token)."""
-    found: list[BranchPoint] = [
-        {"at": s.start, "code": s.text, "model": [t for t, _ in s.others[:alternatives]],
-         "margin": round(s.others[0][1] - s.logprob, 4)}
-        for s in scores if s.start >= start and s.others]
+    earlier first); margin = log p(the best other token) - log p(the code's token). `skip_layout`: the other
+    tokens that differ from the code's only in whitespace or escapes are not doubts (a token with no other left
+    is not doubted)."""
+    found: list[BranchPoint] = []
+    for s in scores:
+        others = [(t, p) for t, p in s.others if not skip_layout or layout(t) != layout(s.text)]
+        if s.start >= start and others:
+            found.append({"at": s.start, "code": s.text, "model": [t for t, _ in others[:alternatives]],
+                          "margin": round(others[0][1] - s.logprob, 4)})
     found.sort(key=lambda d: (-d["margin"], d["at"]))
     return found[:positions]
 
 
-def most_doubted(scored: Completion, start: int, n: int) -> list[BranchPoint]:
+def most_doubted(scored: Completion, start: int, n: int, skip_layout: bool = False) -> list[BranchPoint]:
     """The doubts `n` branches go to: the `ceil(n / ALTERNATIVES)` most doubted tokens from `start` (none when the
-    scoring failed)."""
-    return [] if scored.error else doubts(scored.scores, start, -(-n // ALTERNATIVES), ALTERNATIVES)
+    scoring failed); `skip_layout` as `doubts`."""
+    return [] if scored.error else doubts(scored.scores, start, -(-n // ALTERNATIVES), ALTERNATIVES, skip_layout)
 
 
 def doubts_step(place: Place, scored: Completion, found: list[BranchPoint], what: str) -> Doubts:

@@ -18,6 +18,8 @@ With `search_branches` N, a turn none of whose candidates passes and whose best 
 branched before in the episode) is branched as `--agent branch` branches the given code: that reply scored in one
 request (a `doubts` step), then N programs, each the reply up to one of the model's most doubted tokens of what it
 wrote, one of its preferred tokens there and the rest completed greedily, tried after the sampled candidates.
+`spread_branches` branches the turn's best write not branched before (the best one may have been), at doubts
+whose other tokens change more than the layout (whitespace, escapes).
 Each candidate is a `candidate` step; the chosen reply then makes the turn's steps as a react reply does. The token
 budget counts the conversation continued (the chosen replies); the trace's totals count every candidate.
 """
@@ -119,8 +121,12 @@ class SearchEpisode(Episode):
         if config.search_branches:
             trace.agent.search["branches"] = {
                 "programs": config.search_branches, "alternatives": ALTERNATIVES,
-                "of": "the turn's best candidate when none passes and it writes a file not branched before",
-                "order": "after the sampled candidates, by the doubt's margin (wider first; ties: earlier)"}
+                "of": "the turn's best candidate that writes a file not branched before, when none passes"
+                if config.spread_branches else
+                "the turn's best candidate when none passes and it writes a file not branched before",
+                "order": "after the sampled candidates, by the doubt's margin (wider first; ties: earlier)",
+                **({"skip": "doubts whose other tokens differ only in whitespace or escapes"}
+                   if config.spread_branches else {})}
 
     def gen_params(self) -> GenParams:
         return self._chosen or super().gen_params()
@@ -197,7 +203,10 @@ class SearchEpisode(Episode):
         """`search_branches`: when no candidate passed, the best one that writes a file (as it failed or left the
         file unchanged; a write not branched before) scored and branched at the model's doubts, each branch tried."""
         writes = [t for t in tried if t.action.tool in WRITES and t.verdict in ("failed", "unchanged")]
-        n = self.config.search_branches
+        n, spread = self.config.search_branches, self.config.spread_branches
+        if spread:  # the best of the writes that can be branched and were not
+            writes = [t for t in writes if _key(t.action) not in self._branched
+                      and _written(t.reply.text, t.action) is not None]
         if not n or not writes or any(t.verdict == "passed" for t in tried):
             return []
         base = max(writes, key=lambda t: t.rank(self.config.prefer_changes))
@@ -209,7 +218,7 @@ class SearchEpisode(Episode):
         [scored] = ask_all(ask, [scoring(prompt, base.reply.text, params,
                                          RequestMeta(self.task, "search", self.turn, candidate=base.n))])
         inside = replace(scored, scores=tuple(t for t in scored.scores if t.start < span[1]))
-        found = most_doubted(inside, span[0], n)
+        found = most_doubted(inside, span[0], n, skip_layout=spread)
         self._add(doubts_step(self._at(), scored, found, f"candidate {base.n}'s write"))
         self._count(scored)
         self._aside += (scored.prompt_tokens or 0) + (scored.completion_tokens or 0)

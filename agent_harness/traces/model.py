@@ -169,6 +169,9 @@ class AgentInfo(_Part):
         description="The worked example: task, a real bug-fix task other than the one at hand; absent: builtin.")
     search_branches: int | None = _omit_unset(description="search: programs branched at the model's doubts of a "
                                               "turn's best write when no candidate passed; absent: none.")
+    spread_branches: bool | None = _omit_unset(description="search: true when search_branches branched a turn's "
+                                               "best write not branched before and skipped doubts of layout alone "
+                                               "(whitespace, escapes); absent: only the turn's best write, if new.")
     opening_candidates: int | None = _omit_unset(description="best_of_n_search: programs sampled at once in its "
                                                  "best-of-n phase; absent: 16.")
     handoff: Literal["given", "kept"] | None = _omit_unset(

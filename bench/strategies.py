@@ -134,6 +134,8 @@ CONFIGS: dict[str, Config] = {
                                             "--initial-files")),
     "branch-search-spread-files": Config(("--agent", "branch-search", "--search-branches", "32", "--spread-branches",
                                           "--initial-files")),
+    "branch-search-deeper-files": Config(("--agent", "branch-search", "--search-branches", "32", "--spread-branches",
+                                          "--deeper-branches", "--initial-files")),
     "branch-search-branches-kept": Config(("--agent", "branch-search", "--search-branches", "32",
                                            "--handoff", "kept")),
     "best-of-n-k8": Config(("--agent", "best-of-n", "--candidates", "8")),

@@ -109,6 +109,7 @@ def test_dump_leaves_out_later_settings_while_they_behave_as_before() -> None:
                                          "demo_source": "builtin", "candidates": 4, "search_temperature": 0.8,
                                          "search_restart": True, "protect_tests": False, "prefer_changes": False,
                                          "tests_on_write": False, "search_branches": 0, "spread_branches": False,
+                                         "deeper_branches": False,
                                          "opening_candidates": 16,
                                          "handoff": "given"}
     assert "protocol" not in AgentConfig(protocol="text").dump()

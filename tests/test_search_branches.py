@@ -155,6 +155,41 @@ def test_spread_branches_skips_doubts_of_layout_alone(ws: Workspace) -> None:
     assert ep.exit_reason == "submitted"
 
 
+class Deep(Model):
+    """Doubts three tokens of what it wrote: ` %` most, then ` +`, then `return`; no branch fixes it."""
+
+    def answer(self, conv: list[dict[str, str]], params: GenParams) -> Completion:
+        if params.prompt_logprobs:
+            text = conv[-1]["content"]
+            at = text.index("return number")
+            return reply("", (TokenScore(at, "return", -1.0, ((" yield", -0.5), (" pass", -0.9))),
+                              TokenScore(text.index(" %", at), " %", -3.0, ((" //", -0.5), (" /", -0.6))),
+                              TokenScore(text.index(" +", at), " +", -2.0, ((" -", -0.5), (" *", -1.0)))))
+        return super().answer(conv, params)
+
+
+@pytest.mark.parametrize("deeper", [False, True])
+def test_deeper_branches_branch_a_write_again_at_its_doubts_not_branched_yet(ws: Workspace, deeper: bool) -> None:
+    """Each turn writes the file back: by default only the first turn branches it; deeper, each later turn branches
+    it at the next most doubted tokens, in the model's order, until none is left."""
+    model = Deep(fixes=False)
+    ep = search(ws, max_steps=4, search_restart=False, search_branches=2, spread_branches=True,
+                deeper_branches=deeper)
+    ep.run(Asker(model.many))
+    branched = [[c[-1]["content"][len(COPY[:COPY.index("return number")]):] for c, _, _ in b]
+                for b in model.batches if b[0][0][-1]["role"] == "assistant" and not b[0][1].prompt_logprobs]
+    first = [["return number //", "return number /"]]
+    assert branched[:1] == first
+    if not deeper:
+        assert len(branched) == 1
+        return
+    assert branched == [*first, ["return number % 1.0 -", "return number % 1.0 *"], [" yield", " pass"]]
+    doubts = [s for s in ep.steps if isinstance(s, Doubts)]
+    assert [[(d["code"], d["model"]) for d in s.doubts] for s in doubts] == [
+        [(" %", [" //", " /"])], [(" +", [" -", " *"])], [("return", [" yield", " pass"])], []]
+    assert ep.exit_reason == "max_steps"
+
+
 def test_a_failed_scoring_is_recorded_and_the_search_goes_on(ws: Workspace) -> None:
     class Unscored(Model):
         def answer(self, conv: list[dict[str, str]], params: GenParams) -> Completion:

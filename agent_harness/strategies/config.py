@@ -218,6 +218,9 @@ class AgentConfig:
                                     "branched (by default only its best write, if not yet branched), and skips "
                                     "doubts whose other tokens differ only in whitespace or escapes", sets=True,
                                     added=False)
+    deeper_branches: bool = setting(False, "helper on: when every write of a turn was branched before, "
+                                    "--search-branches branches the best one again at its most doubted tokens not "
+                                    "branched yet (by default such a turn branches nothing)", sets=True, added=False)
     opening_candidates: int = setting(32, "best-of-n-search: programs sampled at once in its best-of-n phase "
                                       "(--candidates: per turn of its search phase)", type=int, metavar="N",
                                       added=16)
@@ -299,7 +302,8 @@ class AgentConfig:
 
 
 # Settings only search reads: the other strategies record them as before they existed.
-SEARCH_ONLY = ("protect_tests", "prefer_changes", "tests_on_write", "search_branches", "spread_branches")
+SEARCH_ONLY = ("protect_tests", "prefer_changes", "tests_on_write", "search_branches", "spread_branches",
+               "deeper_branches")
 OPENING_ONLY = ("opening_candidates",)
 
 

@@ -19,7 +19,9 @@ branched before in the episode) is branched as `--agent branch` branches the giv
 request (a `doubts` step), then N programs, each the reply up to one of the model's most doubted tokens of what it
 wrote, one of its preferred tokens there and the rest completed greedily, tried after the sampled candidates.
 `spread_branches` branches the turn's best write not branched before (the best one may have been), at doubts
-whose other tokens change more than the layout (whitespace, escapes).
+whose other tokens change more than the layout (whitespace, escapes). `deeper_branches`: when every write of the
+turn was branched before, the best one is branched again at its most doubted tokens not branched yet (in the
+turn's conversation), so each turn that finds no pass goes further down the model's doubts of what it wrote.
 Each candidate is a `candidate` step; the chosen reply then makes the turn's steps as a react reply does. The token
 budget counts the conversation continued (the chosen replies); the trace's totals count every candidate.
 """
@@ -87,7 +89,8 @@ class SearchEpisode(Episode):
     _now: Trial | None = None  # the visible tests on the workspace as it is (tried once, then kept up to date)
     _chosen: GenParams | None = None  # the chosen candidate's sampling, while its reply is taken
     _aside: int = 0  # tokens of the candidates not continued from (not in the budget)
-    _branched: set[str] = field(default_factory=set)  # the writes branched at (search_branches), by their call
+    # search_branches: the writes branched, by their call, each with the (offset in what it wrote, token) branched
+    _branched: dict[str, set[tuple[int, str]]] = field(default_factory=dict)
 
     def run(self, ask: Ask) -> None:
         """Sample the turn's candidates at once, try each, continue from the best; until one passes or a
@@ -126,7 +129,9 @@ class SearchEpisode(Episode):
                 "the turn's best candidate when none passes and it writes a file not branched before",
                 "order": "after the sampled candidates, by the doubt's margin (wider first; ties: earlier)",
                 **({"skip": "doubts whose other tokens differ only in whitespace or escapes"}
-                   if config.spread_branches else {})}
+                   if config.spread_branches else {}),
+                **({"again": "a turn whose writes were all branched before branches the best one at its most "
+                             "doubted tokens not branched yet"} if config.deeper_branches else {})}
 
     def gen_params(self) -> GenParams:
         return self._chosen or super().gen_params()
@@ -201,34 +206,39 @@ class SearchEpisode(Episode):
 
     def _branches(self, ask: Ask, tried: list[Tried]) -> list[Tried]:
         """`search_branches`: when no candidate passed, the best one that writes a file (as it failed or left the
-        file unchanged; a write not branched before) scored and branched at the model's doubts, each branch tried."""
+        file unchanged; a write not branched before, or with `deeper_branches` one branched before, at its doubts
+        not branched yet) scored and branched at the model's doubts, each branch tried."""
         writes = [t for t in tried if t.action.tool in WRITES and t.verdict in ("failed", "unchanged")]
-        n, spread = self.config.search_branches, self.config.spread_branches
-        if spread:  # the best of the writes that can be branched and were not
-            writes = [t for t in writes if _key(t.action) not in self._branched
-                      and _written(t.reply.text, t.action) is not None]
+        n, spread, deeper = self.config.search_branches, self.config.spread_branches, self.config.deeper_branches
+        if spread:
+            writes = [t for t in writes if _written(t.reply.text, t.action) is not None]
         if not n or not writes or any(t.verdict == "passed" for t in tried):
             return []
-        base = max(writes, key=lambda t: t.rank(self.config.prefer_changes))
+        new = [t for t in writes if _key(t.action) not in self._branched]
+        base = max(new if spread and new else writes, key=lambda t: t.rank(self.config.prefer_changes))
         span, key = _written(base.reply.text, base.action), _key(base.action)
-        if span is None or key in self._branched:
+        if span is None or (key in self._branched and not deeper):
             return []
-        self._branched.add(key)
+        done = self._branched.setdefault(key, set())
+        what = f"candidate {base.n}'s write" + (" (the doubts branched before left out)" if done else "")
         prompt, params = self.prompt(), self.gen_params()
         [scored] = ask_all(ask, [scoring(prompt, base.reply.text, params,
                                          RequestMeta(self.task, "search", self.turn, candidate=base.n))])
         inside = replace(scored, scores=tuple(t for t in scored.scores if t.start < span[1]))
-        found = most_doubted(inside, span[0], n, skip_layout=spread)
-        self._add(doubts_step(self._at(), scored, found, f"candidate {base.n}'s write"))
+        # enough doubts that n pairs are left when those branched before are taken out
+        points = [(d, alt) for d in most_doubted(inside, span[0], n + 2 * len(done), skip_layout=spread)
+                  for alt in d["model"] if (d["at"] - span[0], alt) not in done][:n]
+        done.update((d["at"] - span[0], alt) for d, alt in points)
+        self._add(doubts_step(self._at(), scored, _grouped(points), what))
         self._count(scored)
         self._aside += (scored.prompt_tokens or 0) + (scored.completion_tokens or 0)
-        points = [(d, alt, base.reply.text[:d["at"]] + alt) for d in found for alt in d["model"]][:n]
         first = len(tried)
+        prefixes = [base.reply.text[:d["at"]] + alt for d, alt in points]
         requests = [prefilled(prompt, prefix, params, RequestMeta(self.task, "search", self.turn, candidate=first + i))
-                    for i, (_, _, prefix) in enumerate(points)]
+                    for i, prefix in enumerate(prefixes)]
         replies = ask_all(ask, requests) if requests else []
         out = []
-        for i, ((d, alt, prefix), (_, p, _), c) in enumerate(zip(points, requests, replies, strict=True)):
+        for i, ((d, alt), prefix, (_, p, _), c) in enumerate(zip(points, prefixes, requests, replies, strict=True)):
             whole = c if c.error is not None else replace(c, text=prefix + c.text)
             out.append(Tried(first + i, p, whole, self._action(whole), branch={**d, "model": [alt]}))
         self._try_each(out, {_key(t.action): t for t in tried})  # every one was tried: none passed
@@ -296,6 +306,17 @@ class SearchEpisode(Episode):
                 self._aside += (t.reply.prompt_tokens or 0) + (t.reply.completion_tokens or 0)
         if best.trial is not None and best.trial.changed:
             self._now = best.trial  # the workspace will hold what the chosen action left
+
+
+def _grouped(points: list[tuple[BranchPoint, str]]) -> list[BranchPoint]:
+    """The doubts branched at, each with the tokens branched there (in order)."""
+    out: list[BranchPoint] = []
+    for d, alt in points:
+        if out and out[-1]["at"] == d["at"]:
+            out[-1]["model"].append(alt)
+        else:
+            out.append({**d, "model": [alt]})
+    return out
 
 
 def _key(action: Action) -> str:

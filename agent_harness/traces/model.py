@@ -172,6 +172,9 @@ class AgentInfo(_Part):
     spread_branches: bool | None = _omit_unset(description="search: true when search_branches branched a turn's "
                                                "best write not branched before and skipped doubts of layout alone "
                                                "(whitespace, escapes); absent: only the turn's best write, if new.")
+    deeper_branches: bool | None = _omit_unset(description="search: true when a turn whose writes were all "
+                                               "branched before branched the best one again at its doubts not "
+                                               "branched yet; absent: such a turn branched nothing.")
     opening_candidates: int | None = _omit_unset(description="best_of_n_search: programs sampled at once in its "
                                                  "best-of-n phase; absent: 16.")
     handoff: Literal["given", "kept"] | None = _omit_unset(

@@ -226,7 +226,7 @@ class SearchEpisode(Episode):
                                          RequestMeta(self.task, "search", self.turn, candidate=base.n))])
         inside = replace(scored, scores=tuple(t for t in scored.scores if t.start < span[1]))
         # enough doubts that n pairs are left when those branched before are taken out
-        points = [(d, alt) for d in most_doubted(inside, span[0], n + 2 * len(done), skip_layout=spread)
+        points = [(d, alt) for d in most_doubted(inside, span[0], n + ALTERNATIVES * len(done), skip_layout=spread)
                   for alt in d["model"] if (d["at"] - span[0], alt) not in done][:n]
         done.update((d["at"] - span[0], alt) for d, alt in points)
         self._add(doubts_step(self._at(), scored, _grouped(points), what))

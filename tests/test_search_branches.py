@@ -187,6 +187,11 @@ def test_deeper_branches_branch_a_write_again_at_its_doubts_not_branched_yet(ws:
     doubts = [s for s in ep.steps if isinstance(s, Doubts)]
     assert [[(d["code"], d["model"]) for d in s.doubts] for s in doubts] == [
         [(" %", [" //", " /"])], [(" +", [" -", " *"])], [("return", [" yield", " pass"])], []]
+    # every scoring after the first says it scored the write again, and how much it left out
+    assert "scored again" not in doubts[0].text
+    assert [s.text.split(":")[0].split(", ")[-1] for s in doubts[1:3]] == [
+        "the 2 branches made from it before left out", "the 4 branches made from it before left out"]
+    assert doubts[3].text.startswith("candidate") and "scored again" in doubts[3].text
     assert ep.exit_reason == "max_steps"
 
 

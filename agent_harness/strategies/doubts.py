@@ -45,8 +45,9 @@ def most_doubted(scored: Completion, start: int, n: int, skip_layout: bool = Fal
     return [] if scored.error else doubts(scored.scores, start, -(-n // ALTERNATIVES), ALTERNATIVES, skip_layout)
 
 
-def doubts_step(place: Place, scored: Completion, found: list[BranchPoint], what: str) -> Doubts:
-    """The `doubts` step of a scoring: the doubted tokens, or why there are none (`what`: the code scored)."""
+def doubts_step(place: Place, scored: Completion, found: list[BranchPoint], what: str, again: str = "") -> Doubts:
+    """The `doubts` step of a scoring: the doubted tokens, or why there are none (`what`: the code scored);
+    `again`, when given, begins the text (why the code was scored again)."""
     if scored.error:
         text = f"the model's doubts could not be read: {scored.error}"
     elif not found:
@@ -54,6 +55,8 @@ def doubts_step(place: Place, scored: Completion, found: list[BranchPoint], what
     else:
         text = "; ".join(f"{d['code']!r} at {d['at']}: {' or '.join(map(repr, d['model']))} "
                          f"(margin {d['margin']:.2f})" for d in found)
+    if again:
+        text = f"{again}: {text}"
     return Doubts(**place, text=text, doubts=found, latency_s=scored.latency_s,
                   tokens=cast(StepTokens, scored.token_counts()))
 

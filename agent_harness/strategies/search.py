@@ -220,7 +220,8 @@ class SearchEpisode(Episode):
         if span is None or (key in self._branched and not deeper):
             return []
         done = self._branched.setdefault(key, set())
-        what = f"candidate {base.n}'s write" + (" (the doubts branched before left out)" if done else "")
+        what = f"candidate {base.n}'s write"
+        again = f"{what} scored again, the {len(done)} branches made from it before left out" if done else ""
         prompt, params = self.prompt(), self.gen_params()
         [scored] = ask_all(ask, [scoring(prompt, base.reply.text, params,
                                          RequestMeta(self.task, "search", self.turn, candidate=base.n))])
@@ -229,7 +230,7 @@ class SearchEpisode(Episode):
         points = [(d, alt) for d in most_doubted(inside, span[0], n + ALTERNATIVES * len(done), skip_layout=spread)
                   for alt in d["model"] if (d["at"] - span[0], alt) not in done][:n]
         done.update((d["at"] - span[0], alt) for d, alt in points)
-        self._add(doubts_step(self._at(), scored, _grouped(points), what))
+        self._add(doubts_step(self._at(), scored, _grouped(points), what, again))
         self._count(scored)
         self._aside += (scored.prompt_tokens or 0) + (scored.completion_tokens or 0)
         first = len(tried)

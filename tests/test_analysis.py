@@ -250,10 +250,72 @@ def test_protocols_are_separate_arms(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
     md = write_section(compare_models.analyze(frames, out, n_boot=50), out, "compare_models").read_text()
-    assert "## Parse failures per protocol" in md and "| m | native | 5 | 10 | 1 | 0.100 |" in md
+    assert "## Parse failures per protocol" in md and "| m | native | react | 5 | 10 | 1 | 0.100 |" in md
     assert pd.read_csv(out / "parse_failures.csv")["protocol"].tolist() == ["native", "text"]
     assert pd.read_csv(out / "pass_at_k.csv")["protocol"].tolist() == ["native", "text"]
     assert (out / "pass_at_1.png").stat().st_size > 0
+
+
+def _configs(root: Path) -> None:
+    """Model m on five tasks, in the folders a run writes: branch_search with and without deeper_branches
+    (tasks 0-3 and 0-1 pass), single_shot (task 0), and react under the native protocol (tasks 0-4)."""
+    rng = np.random.default_rng(5)
+    branch = {"mode": "branch_search", "strategy": "branch_search", "max_steps": 12, "search_branches": 32,
+              "search": {"candidates": 4, "rank": "passed first"}, "concurrency": 16}
+    runs = (("deeper", "humanevalfix-branch_search", {**branch, "deeper_branches": True}, 4, "text"),
+            ("spread", "humanevalfix-branch_search", {**branch, "concurrency": 8}, 2, "text"),
+            ("single", "humanevalfix-single_shot", {"mode": "single_shot", "strategy": "single_shot"}, 1, "text"),
+            ("native", "humanevalfix-native", {"mode": "agent", "strategy": "react"}, 5, "native"))
+    for folder, scenario, agent, solved, protocol in runs:
+        for i in range(5):
+            trace = syn.episode("m", scenario, "gold", i, i < solved, rng, dim=None, protocol=protocol)
+            trace["agent"] = {**agent, **({"protocol": "native"} if protocol == "native" else {})}
+            syn.write(root / folder, trace)
+
+
+def test_strategy_configurations_are_arms_that_meet_on_the_same_tasks(tmp_path: Path) -> None:
+    """Two configurations of one strategy are two arms (never pooled as samples of one), named by the setting
+    that differs; the folder suffixes of strategy and protocol come off the scenario, so every arm of the
+    model pairs up with every other on the same five tasks."""
+    _configs(tmp_path)
+    frames = _load(tmp_path)
+    table = compare_models.pass_table(frames.runs, n_boot=50).set_index("config")
+    deeper, spread = "branch_search (deeper_branches=true)", "branch_search (deeper_branches=–)"
+    assert sorted(table.index) == sorted([deeper, spread, "single_shot", "react"])  # concurrency names none
+    assert set(table["scenario"]) == {"humanevalfix"} and set(table["samples/task"]) == {1}
+    assert [table.loc[c, "pass@1"] for c in (deeper, spread, "single_shot", "react")] == [0.8, 0.4, 0.2, 1.0]
+    assert table.loc["react", "protocol"] == "native" and table.loc[deeper, "protocol"] == "text"
+
+    pairs, only, _ = compare_models.pairwise(frames.runs)
+    assert len(pairs) == 6 and set(pairs["common tasks"]) == {5}
+    row = pairs.set_index(["model A", "model B"]).loc[(f"m (text) · {deeper}", f"m (text) · {spread}")]
+    assert (row["both"], row["only A"], row["only B"], row["neither"]) == (2, 2, 0, 1)
+    assert set(only[only["not solved by"] == f"m (text) · {spread}"]["task_id"]) >= {"Python/2", "Python/3"}
+
+    headline = report.summary_table(compare_models.pass_table(frames.runs, n_boot=50))
+    assert len(headline) == 1 and headline.loc[0, f"m (text) · {deeper}"].startswith("0.800 [")
+    assert headline.loc[0, "m (native) · react"].startswith("1.000 [")
+
+
+def test_two_runs_of_one_model_compare_as_two_arms_from_the_command_line(tmp_path: Path) -> None:
+    """The whole path: two real runs of the oracle (react, 12 turns and 1), each its own --out below one folder,
+    then `analyze compare_models` on that folder: one pairwise row between the two configurations."""
+    def cli(*args: object) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "agent_harness.cli", *map(str, args)], capture_output=True,
+                              text=True, cwd=ROOT, timeout=300, env=ENV)
+
+    for name, steps in (("full", 12), ("short", 1)):
+        r = cli("run", "--models", "oracle", "--agent", "react", "--max-steps", steps, "--n", 2, "--no-embed",
+                "--no-progress", "--out", tmp_path / name)
+        assert r.returncode == 0, r.stderr
+    r = cli("analyze", "compare_models", tmp_path, "--out", tmp_path / "analysis")
+    assert r.returncode == 0, r.stderr
+    pairs = pd.read_csv(tmp_path / "analysis" / "pairwise.csv")
+    assert pairs[["model A", "model B", "common tasks", "both", "only A", "only B"]].values.tolist() == [
+        ["oracle · react (max_steps=1)", "oracle · react (max_steps=12)", 2, 0, 0, 2]]
+    table = pd.read_csv(tmp_path / "analysis" / "pass_at_k.csv")
+    assert table[["config", "scenario", "episodes", "pass@1"]].values.tolist() == [
+        ["react (max_steps=1)", "humanevalfix", 2, 0.0], ["react (max_steps=12)", "humanevalfix", 2, 1.0]]
 
 
 def test_write_behaviour_shows_a_copy_loop_and_restarts(tmp_path: Path) -> None:

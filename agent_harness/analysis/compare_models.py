@@ -1,5 +1,7 @@
 """Compare models on the same tasks: pass@k with CIs, who solves what, costs, exits, tools, parse errors.
 
+An arm is a model under one harness, tool-calling protocol and strategy configuration; arms are never pooled.
+
 A model run under two tool-calling protocols (text: THOUGHT / TOOL_CALL / FINAL; native: API tool calls)
 is two arms, never pooled: every table has a `protocol` column, and where arms are named against each other
 (pairwise tables, plots) an arm is "model (protocol)" when the traces hold more than one protocol. Likewise
@@ -15,7 +17,9 @@ tool_use.png.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 import sys
 from pathlib import Path
 
@@ -30,12 +34,16 @@ from ..traces.store import TraceFrames
 from ._common import Section, parser, passed, prepare, say_caps, write_section
 from .compare_plots import plot_pass, plot_pass_vs_steps, plot_tokens_time, plot_tools
 
-GROUP = ["harness", "model", "protocol", "scenario", "label"]
-ARM = ["harness", "model", "protocol"]  # what is compared: a model under one harness and tool-calling protocol
+GROUP = ["harness", "model", "protocol", "config", "scenario", "label"]
+# What is compared: a model under one harness, tool-calling protocol and strategy configuration.
+ARM = ["harness", "model", "protocol", "config"]
 KS = (1, 5, 10)
 DENSE_TURNS = 50  # pass_vs_steps: a row for every turn budget up to this
 MAX_PAIR_MODELS = 40  # pairwise: the models with the most episodes (pairs grow with the square)
 MAX_PLOT_ARMS = 20  # plots: the arms with the most episodes (each is an artist, a legend entry, a box)
+MAX_LABEL_SETTINGS = 3  # settings a configuration's label names (the rest are counted)
+MAX_LABEL_VALUE = 30  # characters of a setting's value in a label
+UNSET = "–"  # a setting a trace does not record (the default of the harness that wrote it)
 
 
 def pass_ks(samples: int) -> list[int]:
@@ -43,16 +51,87 @@ def pass_ks(samples: int) -> list[int]:
     return sorted({k for k in KS if 1 < k <= samples} | ({samples} if samples > 1 else set()))
 
 
-def with_protocol(runs: pd.DataFrame) -> pd.DataFrame:
-    """`runs` with a `protocol` column: "text" where it is missing or null (traces before native calls), and
-    "native-required" for native episodes run with tool_choice required (an arm of its own)."""
+def _flat(settings: str) -> dict[str, str]:
+    """A `settings` column's JSON as one level of dotted names (a nested object's fields), values as JSON."""
+    try:
+        data = json.loads(settings)
+    except (TypeError, ValueError):
+        return {}
+    out: dict[str, str] = {}
+    for key, value in (data.items() if isinstance(data, dict) else ()):
+        inner = value.items() if isinstance(value, dict) and value else [("", value)]
+        for sub, v in inner:
+            out[f"{key}.{sub}" if sub else key] = json.dumps(v, sort_keys=True, ensure_ascii=False)
+    return out
+
+
+def _labels(strategy: str, settings: list[str]) -> dict[str, str]:
+    """Each configuration of one strategy named by the settings in which they differ: "branch_search" alone
+    when there is one, else "branch_search (deeper_branches=true)" beside "branch_search (deeper_branches=–)"."""
+    if len(settings) == 1:
+        return {settings[0]: strategy}
+    flat = {s: _flat(s) for s in settings}
+    keys = sorted(set().union(*flat.values()))
+    differ = [k for k in keys if len({f.get(k, UNSET) for f in flat.values()}) > 1]
+    # A setting of its own (deeper_branches) says more than the strategy's record of how it ran (search.rank):
+    # the nested fields are named only when no top-level one differs.
+    differ = [k for k in differ if "." not in k] or differ
+    labels: dict[str, str] = {}
+    for s, f in flat.items():
+        parts = [f"{k}={f.get(k, UNSET)[:MAX_LABEL_VALUE]}" for k in differ[:MAX_LABEL_SETTINGS]]
+        more = f", {len(differ) - MAX_LABEL_SETTINGS} more" if len(differ) > MAX_LABEL_SETTINGS else ""
+        labels[s] = f"{strategy} ({', '.join(parts)}{more})"
+    if len(set(labels.values())) < len(labels):  # they differ beyond what the label shows
+        labels = {s: f"{label} #{hashlib.sha256(s.encode()).hexdigest()[:6]}" for s, label in labels.items()}
+    return labels
+
+
+def _strategies(runs: pd.DataFrame) -> pd.Series:
+    """Each row's strategy: `agent.strategy`, else (traces before 1.3) its older name `mode` ('agent': react)."""
+    mode = runs["mode"].fillna("agent").astype(str) if "mode" in runs else pd.Series("agent", index=runs.index)
+    older = mode.where(mode != "agent", "react")
+    return runs["strategy"].fillna(older).astype(str) if "strategy" in runs else older
+
+
+def _base_scenarios(runs: pd.DataFrame) -> pd.Series:
+    """The scenario each task belongs to: a trace of this harness names its folder (the scenario, then
+    "-<strategy>" but for react, then "-native" or "-native-required"); those suffixes come off, so the
+    strategies and protocols of one model meet on the same tasks. Imported episodes keep theirs."""
+    def base(row: tuple[str, str, str, str, str]) -> str:
+        scenario, harness, strategy, protocol, choice = row
+        if harness != NATIVE_HARNESS:
+            return scenario
+        for suffix in (("-native" + ("-required" if choice == "required" else "")) if protocol == "native" else "",
+                       "" if strategy == "react" else f"-{strategy}"):
+            if suffix and scenario.endswith(suffix) and len(scenario) > len(suffix):
+                scenario = scenario[:-len(suffix)]
+        return scenario
+
+    choice = runs["tool_choice"].fillna("auto").astype(str) if "tool_choice" in runs else "auto"
+    cols = pd.DataFrame({"s": runs["scenario"].astype(str), "h": runs["harness"], "st": runs["strategy"],
+                         "p": runs["protocol"].str.removesuffix("-required"), "c": choice}, index=runs.index)
+    return pd.Series([base(r) for r in cols.itertuples(index=False, name=None)], index=runs.index, dtype=object)
+
+
+def with_arms(runs: pd.DataFrame) -> pd.DataFrame:
+    """`runs` with what names an arm: `harness` (this one where missing), `protocol` ("text" where missing or
+    null: traces before native calls; "native-required" for native episodes run with tool_choice required, an
+    arm of its own), `strategy` and `config` (the strategy, with the settings that tell its configurations
+    apart when the runs hold several of one harness), and `scenario` the task's (`_base_scenarios`)."""
+    if "config" in runs:  # done already
+        return runs
     harness = runs["harness"].fillna(NATIVE_HARNESS).astype(str) if "harness" in runs else NATIVE_HARNESS
-    if "protocol" not in runs:
-        return runs.assign(protocol="text", harness=harness)
-    protocol = runs["protocol"].fillna("text").astype(str)
+    runs = runs.assign(harness=harness)
+    protocol = runs["protocol"].fillna("text").astype(str) if "protocol" in runs else pd.Series("text", runs.index)
     if "tool_choice" in runs:
         protocol = protocol.where(runs["tool_choice"].fillna("auto") != "required", protocol + "-required")
-    return runs.assign(protocol=protocol, harness=harness)
+    settings = runs["settings"].fillna("{}").astype(str) if "settings" in runs else "{}"
+    runs = runs.assign(protocol=protocol, strategy=_strategies(runs), settings=settings)
+    config = pd.Series("", index=runs.index, dtype=object)
+    for (_, strategy), group in runs.groupby(["harness", "strategy"], sort=False):
+        labels = _labels(str(strategy), sorted(group["settings"].unique()))
+        config[group.index] = group["settings"].map(labels)
+    return runs.assign(config=config, scenario=_base_scenarios(runs))
 
 
 def several_protocols(runs: pd.DataFrame) -> bool:
@@ -65,15 +144,24 @@ def several_harnesses(runs: pd.DataFrame) -> bool:
     return "harness" in runs and runs["harness"].fillna(NATIVE_HARNESS).nunique() > 1
 
 
-def arm_names(df: pd.DataFrame, several: bool | None = None, harnesses: bool | None = None) -> pd.Series:
+def several_configs(runs: pd.DataFrame) -> bool:
+    """Whether the runs hold more than one strategy configuration (then arms are named "model · config")."""
+    return "config" in runs and runs["config"].nunique() > 1
+
+
+def arm_names(df: pd.DataFrame, several: bool | None = None, harnesses: bool | None = None,
+              configs: bool | None = None) -> pd.Series:
     """Each row's arm: its model, "model (protocol)" when `several` (default: the rows hold several protocols),
-    and " [harness]" after it when `harnesses` (default: the rows hold several harnesses)."""
-    df = with_protocol(df)
+    " [harness]" after it when `harnesses` (default: the rows hold several harnesses), and " · config" when
+    `configs` (default: the rows hold several strategy configurations)."""
+    df = with_arms(df)
     several = several_protocols(df) if several is None else several
     harnesses = several_harnesses(df) if harnesses is None else harnesses
+    configs = several_configs(df) if configs is None else configs
     model = df["model"].astype(str)
     name = model + " (" + df["protocol"] + ")" if several else model
-    return name + " [" + df["harness"] + "]" if harnesses else name
+    name = name + " [" + df["harness"] + "]" if harnesses else name
+    return name + " · " + df["config"].astype(str) if configs else name
 
 
 def _per_task(g: pd.DataFrame) -> dict[str, list[bool]]:
@@ -87,12 +175,11 @@ def pass_table(runs: pd.DataFrame, n_boot: int = 2000) -> pd.DataFrame:
     as in summary.json; a group with nothing scored has no rates.
     """
     rows = []
-    for (harness, model, protocol, scenario, label), group in with_protocol(runs).groupby(GROUP, sort=True):
+    for key, group in with_arms(runs).groupby(GROUP, sort=True):
         g = group[group["passed"].notna()]
-        row: dict[str, object] = {"harness": harness, "model": model, "protocol": protocol, "scenario": scenario,
-                                  "label": label,
-                                  "tasks": group["task_id"].nunique(), "episodes": len(group),
-                                  "unscored": len(group) - len(g), "suspicious": suspicious_count(group)}
+        row: dict[str, object] = {**dict(zip(GROUP, key, strict=True)), "tasks": group["task_id"].nunique(),
+                                  "episodes": len(group), "unscored": len(group) - len(g),
+                                  "suspicious": suspicious_count(group)}
         if g.empty:
             rows.append(row)
             continue
@@ -117,9 +204,12 @@ def suspicious_count(runs: pd.DataFrame) -> int:
     return int(runs["suspicious"].notna().sum()) if "suspicious" in runs else 0
 
 
-def solved_by_task(runs: pd.DataFrame, several: bool | None = None, harnesses: bool | None = None) -> pd.DataFrame:
+def solved_by_task(runs: pd.DataFrame, several: bool | None = None, harnesses: bool | None = None,
+                   configs: bool | None = None) -> pd.DataFrame:
     """(scenario, label, task_id) × arm (see `arm_names`): True when at least one of the arm's samples passed."""
-    keys = [runs["scenario"], runs["label"], runs["task_id"], arm_names(runs, several, harnesses).rename("model")]
+    runs = with_arms(runs)
+    keys = [runs["scenario"], runs["label"], runs["task_id"],
+            arm_names(runs, several, harnesses, configs).rename("model")]
     return passed(runs).groupby(keys).any().unstack()
 
 
@@ -132,10 +222,11 @@ def pairwise(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFra
     """
     from scipy.stats import binomtest
 
-    several, harnesses = several_protocols(runs), several_harnesses(runs)
-    arms = arm_names(runs, several, harnesses)
+    runs = with_arms(runs)
+    several, harnesses, configs = several_protocols(runs), several_harnesses(runs), several_configs(runs)
+    arms = arm_names(runs, several, harnesses, configs)
     top = arms.value_counts(sort=True).index[:MAX_PAIR_MODELS]
-    solved = solved_by_task(runs[arms.isin(top)], several, harnesses)
+    solved = solved_by_task(runs[arms.isin(top)], several, harnesses, configs)
     models = list(solved.columns)
     pairs, only, matrix = [], [], pd.DataFrame(0, index=models, columns=models)
     for (scenario, label), tab in solved.groupby(level=[0, 1], sort=True):
@@ -162,7 +253,7 @@ def pairwise(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFra
 def distributions(runs: pd.DataFrame) -> pd.DataFrame:
     """Per model × protocol × scenario: mean, median, p90 and max of turns, steps, tokens and wall time
     per episode."""
-    runs = with_protocol(runs)
+    runs = with_arms(runs)
     runs = runs.assign(total_tokens=runs["prompt_tokens"].fillna(0) + runs["completion_tokens"].fillna(0))
     metrics = ["turns_used", "num_steps", "total_tokens", "completion_tokens", "elapsed_seconds"]
     long = runs.melt(id_vars=[*ARM, "scenario"], value_vars=metrics, var_name="metric").dropna()
@@ -175,15 +266,15 @@ def distributions(runs: pd.DataFrame) -> pd.DataFrame:
 
 def exit_reasons(runs: pd.DataFrame) -> pd.DataFrame:
     """Per model × protocol × scenario: episodes by exit reason."""
-    runs = with_protocol(runs)
-    table = pd.crosstab([runs["harness"], runs["model"], runs["protocol"], runs["scenario"]],
+    runs = with_arms(runs)
+    table = pd.crosstab([runs[c] for c in (*ARM, "scenario")],
                         runs["exit_reason"].fillna("none"))
     return table.reset_index().rename_axis(columns=None)
 
 
 def tool_usage(runs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     """Per model × protocol × tool: calls, calls per episode and the share of episodes that used the tool."""
-    runs = with_protocol(runs)
+    runs = with_arms(runs)
     calls = steps[steps["type"] == "tool_call"].assign(tool=lambda d: d["tool"].fillna("?"))
     arm_of = runs[["run_id", *ARM]].drop_duplicates("run_id")  # steps carry the model, not the protocol
     calls = calls.drop(columns=[c for c in ARM if c in calls]).merge(arm_of, on="run_id")
@@ -194,7 +285,8 @@ def tool_usage(runs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     table = table.reset_index().join(episodes, on=ARM)
     table["calls/episode"] = table["calls"] / table["episodes"]
     table["episodes using"] = table["users"] / table["episodes"]
-    return table.drop(columns=["users", "episodes"]).sort_values([*ARM, "calls"], ascending=[True, True, True, False])
+    order = [True] * len(ARM) + [False]  # the arms in order, each arm's most used tool first
+    return table.drop(columns=["users", "episodes"]).sort_values([*ARM, "calls"], ascending=order)
 
 
 def write_behaviour(runs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
@@ -212,7 +304,7 @@ def write_behaviour(runs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
         "stale": writes[~changed | writes["repeat_of"].notna()].groupby("run_id").size(),
         "restarts": steps[steps["type"] == "restart"].groupby("run_id").size(),
     })
-    runs = with_protocol(runs).join(per_run, on="run_id").fillna({k: 0 for k in per_run.columns})
+    runs = with_arms(runs).join(per_run, on="run_id").fillna({k: 0 for k in per_run.columns})
     g = runs.groupby([*ARM, "scenario"], sort=True)
     out = g.agg(episodes=("run_id", "size"), w=("writes", "mean"), v=("versions", "mean"), s=("stale", "mean"),
                 two=("versions", lambda s: float((s >= 2).mean())), r=("restarts", "mean")).reset_index()
@@ -228,7 +320,7 @@ def _turns(runs: pd.DataFrame) -> pd.Series:
 
 def parse_errors(runs: pd.DataFrame) -> pd.DataFrame:
     """Per model × protocol × scenario: parse errors per model turn, and the share of episodes with at least one."""
-    runs = with_protocol(runs)
+    runs = with_arms(runs)
     runs = runs.assign(turns=_turns(runs))
     g = runs.groupby([*ARM, "scenario"], sort=True)
     out = g.agg(episodes=("run_id", "size"), turns=("turns", "sum"),
@@ -243,12 +335,12 @@ def parse_failures(runs: pd.DataFrame) -> pd.DataFrame:
     (Wilson 95 % CI over turns) and the share of episodes with at least one parse error."""
     cols = [*ARM, "episodes", "turns", "parse errors", "parse errors/turn", "parse errors/turn lo",
             "parse errors/turn hi", "episodes with any"]
-    runs = with_protocol(runs)
+    runs = with_arms(runs)
     rows = []
-    for (harness, model, protocol), g in runs.groupby(ARM, sort=True):
+    for arm, g in runs.groupby(ARM, sort=True):
         turns, errors = int(_turns(g).sum()), int(g["parse_errors"].fillna(0).sum())
         lo, hi = wilson_interval(errors, turns)
-        rows.append([harness, model, protocol, len(g), turns, errors, errors / turns if turns else np.nan, lo, hi,
+        rows.append([*arm, len(g), turns, errors, errors / turns if turns else np.nan, lo, hi,
                      float((g["parse_errors"].fillna(0) > 0).mean())])
     return pd.DataFrame(rows, columns=cols)
 
@@ -257,17 +349,15 @@ def pass_vs_steps(runs: pd.DataFrame) -> pd.DataFrame:
     """Share of episodes that passed using at most s model turns: for every s up to the longest episode
     (at most DENSE_TURNS), and past that at each turn count some episode of the group used (the curve
     changes only there). Rows grow with the episodes, never with the turn numbers a trace holds."""
-    runs = with_protocol(runs).assign(ok=passed(runs))
+    runs = with_arms(runs).assign(ok=passed(runs))
     longest = int(runs["turns_used"].max()) if len(runs) else 0
     dense = np.arange(1, min(longest, DENSE_TURNS) + 1)
     parts = []
-    for (harness, model, protocol, scenario, label), g in runs.groupby(GROUP, sort=True):
+    for key, g in runs.groupby(GROUP, sort=True):
         used = g["turns_used"].to_numpy(np.int64)
         budgets = np.union1d(dense, used[used > DENSE_TURNS])
         solved = np.sort(used[g["ok"].to_numpy(bool)])
-        parts.append(pd.DataFrame({"harness": harness, "model": model, "protocol": protocol, "scenario": scenario,
-                                   "label": label,
-                                   "max turns": budgets,
+        parts.append(pd.DataFrame({**dict(zip(GROUP, key, strict=True)), "max turns": budgets,
                                    "pass@1": np.searchsorted(solved, budgets, side="right") / len(g)}))
     cols = [*GROUP, "max turns", "pass@1"]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=cols)
@@ -275,18 +365,18 @@ def pass_vs_steps(runs: pd.DataFrame) -> pd.DataFrame:
 
 def analyze(frames: TraceFrames, out: Folder | Path, n_boot: int = 2000) -> Section:
     """Every table and plot of the comparison, as one section."""
-    runs, steps = with_protocol(frames.runs), frames.steps
-    several, harnesses = several_protocols(runs), several_harnesses(runs)
+    runs, steps = with_arms(frames.runs), frames.steps
+    several, harnesses, configs = several_protocols(runs), several_harnesses(runs), several_configs(runs)
     table = pass_table(runs, n_boot)
     pairs, only, matrix = pairwise(runs)
     tools = tool_usage(runs, steps)
     curve = pass_vs_steps(runs)
 
-    shown = set(arm_names(runs, several, harnesses).value_counts(sort=True).index[:MAX_PLOT_ARMS])
+    shown = set(arm_names(runs, several, harnesses, configs).value_counts(sort=True).index[:MAX_PLOT_ARMS])
 
     def named(df: pd.DataFrame) -> pd.DataFrame:
         """`df` with `model` naming the arm, only the arms the plots show."""
-        df = df.assign(model=arm_names(df, several, harnesses)) if len(df) else df
+        df = df.assign(model=arm_names(df, several, harnesses, configs)) if len(df) else df
         return df[df["model"].isin(shown)] if len(df) else df
 
     sec = Section("Model comparison", text=[
@@ -315,6 +405,13 @@ def analyze(frames: TraceFrames, out: Folder | Path, n_boot: int = 2000) -> Sect
         + (f" ({', '.join(md_inline(h) for h in sorted(runs['harness'].unique()))}), and the pairwise tables "
            "and plots name each arm 'model [harness]': a pair of arms of two harnesses is a paired test between "
            "them on the tasks both ran." if harnesses else "."),
+        "Strategy configuration (config): the strategy and, where the traces hold several configurations of "
+        "one strategy, the settings that tell them apart (–: a setting the trace does not record, the default "
+        "of the harness that wrote it). Configurations are never pooled: every table has a config column, and "
+        "the scenario is the task's (a trace folder's strategy and protocol suffixes taken off), so the "
+        "strategies and protocols of one model meet on the same tasks"
+        + (", and the pairwise tables and plots name each arm 'model · config': a pair of arms of one model is "
+           "a paired test between its configurations." if configs else "."),
         "Parse failures: parse_error steps (replies the parser refused) per model turn (turns_used, and at "
         "least one per parse error), with a 95 % Wilson interval over turns; 'episodes with any' is the share "
         "of episodes with at least one.",

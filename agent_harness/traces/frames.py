@@ -110,9 +110,23 @@ def _rows(path: Path, data: dict[str, Any]) -> tuple[dict[str, Any], list[dict[s
     details = data["outcome"].get("score_details") or {}
     run.update(path=str(path), turns_used=max(turns, default=-1) + 1, suspicious=_reason(details.get("suspicious")),
                parse_errors=sum(s["type"] == "parse_error" for s in steps),
-               tool_calls=sum(s["type"] == "tool_call" for s in steps))
+               tool_calls=sum(s["type"] == "tool_call" for s in steps), settings=settings_json(data.get("agent")))
     keys = {k: run[k] for k in STEP_KEYS}
     return {name: run[name] for name in RUN_COLUMNS}, [_step_row(keys, s) for s in steps]
+
+
+# Agent fields that are no configuration of the strategy: its names, the protocol (a column of its own), and how
+# many episodes ran at once.
+NOT_SETTINGS = frozenset(("mode", "strategy", "protocol", "tool_choice", "concurrency"))
+
+
+def settings_json(agent: Any) -> str:
+    """A trace's `agent` as canonical JSON without `NOT_SETTINGS` and nulls: equal for two runs of one
+    configuration, whatever order or harness wrote them."""
+    if not isinstance(agent, dict):
+        return "{}"
+    kept = {k: v for k, v in agent.items() if k not in NOT_SETTINGS and v is not None}
+    return json.dumps(kept, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
 def _reason(value: Any) -> str | None:

@@ -316,6 +316,8 @@ RUN_COLUMNS: dict[str, Column] = {
     "suspicious": Column(),  # outcome.score_details.suspicious (a free dict's key): the scorer's reason, else None
     "harness": Column("source.harness", NATIVE_HARNESS),  # who ran the episode: this project, or an imported one's
     "source_format": Column("source.format"),  # None: a native trace
+    "strategy": Column("agent.strategy"),  # None before 1.3 (the analyses read it from `mode` then)
+    "settings": Column(),  # the agent's settings as canonical JSON: what tells two configurations of a strategy apart
 }
 STEP_KEYS = ("run_id", "model", "scenario", "label", "task_id", "sample", "passed")  # run columns on every step row
 STEP_COLUMNS: dict[str, Column] = {

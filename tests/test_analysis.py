@@ -256,7 +256,7 @@ def test_protocols_are_separate_arms(tmp_path: Path) -> None:
     assert (out / "pass_at_1.png").stat().st_size > 0
 
 
-def _configs(root: Path) -> None:
+def _configs(root: Path, dim: int | None = None) -> None:
     """Model m on five tasks, in the folders a run writes: branch_search with and without deeper_branches
     (tasks 0-3 and 0-1 pass), single_shot (task 0), and react under the native protocol (tasks 0-4)."""
     rng = np.random.default_rng(5)
@@ -268,7 +268,7 @@ def _configs(root: Path) -> None:
             ("native", "humanevalfix-native", {"mode": "agent", "strategy": "react"}, 5, "native"))
     for folder, scenario, agent, solved, protocol in runs:
         for i in range(5):
-            trace = syn.episode("m", scenario, "gold", i, i < solved, rng, dim=None, protocol=protocol)
+            trace = syn.episode("m", scenario, "gold", i, i < solved, rng, dim=dim, protocol=protocol)
             trace["agent"] = {**agent, **({"protocol": "native"} if protocol == "native" else {})}
             syn.write(root / folder, trace)
 
@@ -295,6 +295,15 @@ def test_strategy_configurations_are_arms_that_meet_on_the_same_tasks(tmp_path: 
     headline = report.summary_table(compare_models.pass_table(frames.runs, n_boot=50))
     assert len(headline) == 1 and headline.loc[0, f"m (text) · {deeper}"].startswith("0.800 [")
     assert headline.loc[0, "m (native) · react"].startswith("1.000 [")
+
+    _configs(tmp_path / "embedded", dim=8)  # the trajectory analysis names the same arms, on the same tasks
+    out = tmp_path / "out"
+    out.mkdir()
+    sec = trajectory_similarity.analyze(_load(tmp_path / "embedded"), out)
+    matrix = sec.table("similarity_matrix").set_index("model")
+    assert set(matrix.index) == {f"m (text) · {deeper}", f"m (text) · {spread}", "m (text) · single_shot",
+                                 "m (native) · react"}
+    assert matrix.notna().to_numpy().sum() == 12  # every pair of arms met on the same tasks; none with itself
 
 
 def test_two_runs_of_one_model_compare_as_two_arms_from_the_command_line(tmp_path: Path) -> None:

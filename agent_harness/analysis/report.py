@@ -26,7 +26,7 @@ import pandas as pd
 
 from ..sandbox.safewrite import Folder
 from ..traces.store import TraceFrames, reread
-from . import compare_models, spectral, trajectory_similarity
+from . import arms, compare_models, spectral, trajectory_similarity
 from ._common import Section, fmt, parser, passed, prepare, say_caps, write_section
 
 MAX_TABLE_ROWS = 200
@@ -81,12 +81,12 @@ def viewer_data(frames: TraceFrames, max_episodes: int, max_text: int, max_bytes
     """Tasks (scenario × label × task_id) with each model's episodes, within the size limits.
 
     An episode's column is its arm: the model, with its protocol, harness and strategy configuration where the
-    traces hold several (`compare_models.arm_names`: native and imported episodes, or two strategies, of a task
+    traces hold several (`arms.arm_names`: native and imported episodes, or two strategies, of a task
     side by side). Tasks that most arms ran come first; each arm contributes at
     most `max_episodes` episodes and the whole stays under about `max_bytes` of JSON.
     """
-    runs = compare_models.with_arms(frames.runs)
-    runs = runs.assign(ok=passed(runs), gold=runs["label"] != "gold", arm=compare_models.arm_names(runs))
+    runs = arms.with_arms(frames.runs)
+    runs = runs.assign(ok=passed(runs), gold=runs["label"] != "gold", arm=arms.arm_names(runs))
     keyed = runs.groupby(["scenario", "label", "task_id"], sort=False)
     order = keyed.agg(models=("arm", "nunique"), index=("task_index", "min"), gold=("gold", "first"))
     order = order.reset_index().sort_values(["models", "scenario", "gold", "label", "index", "task_id"],
@@ -115,13 +115,13 @@ def viewer_data(frames: TraceFrames, max_episodes: int, max_text: int, max_bytes
     return {"tasks": tasks, "episodes": episodes, "total": len(runs), "max_episodes": max_episodes}
 
 
-COUNT_KEY = [*compare_models.ARM, "scenario", "label"]
+COUNT_KEY = [*arms.ARM, "scenario", "label"]
 
 
 def suspicious_counts(runs: pd.DataFrame) -> pd.Series:
     """Episodes flagged suspicious (signs of a forged pass) per arm, scenario and label (`COUNT_KEY`); only
     non-zero counts."""
-    runs = compare_models.with_arms(runs)
+    runs = arms.with_arms(runs)
     counts = runs[runs["suspicious"].notna()].groupby(COUNT_KEY).size()
     return counts[counts > 0]
 
@@ -178,14 +178,14 @@ def _section(sec: Section, anchor: str, images: dict[Path, bytes]) -> str:
 
 def unscored_counts(runs: pd.DataFrame) -> pd.Series:
     """Episodes without a verdict (`passed` null) per arm, scenario and label (`COUNT_KEY`); only non-zero counts."""
-    runs = compare_models.with_arms(runs)
+    runs = arms.with_arms(runs)
     counts = runs[runs["passed"].isna()].groupby(COUNT_KEY).size()
     return counts[counts > 0]
 
 
 def summary_table(table: pd.DataFrame, unscored: pd.Series | None = None,
                   suspicious: pd.Series | None = None) -> pd.DataFrame:
-    """The headline: one row per scenario × label, one column per arm (`compare_models.arm_names`: "model
+    """The headline: one row per scenario × label, one column per arm (`arms.arm_names`: "model
     [harness]" when the traces hold several harnesses, and so on), "pass@1 [95 % CI]" cells.
 
     An attack label's cell adds the compromise rate, and any cell the count of unscored episodes
@@ -204,7 +204,7 @@ def summary_table(table: pd.DataFrame, unscored: pd.Series | None = None,
         return text
 
     cells = table.assign(cell=table.apply(cell, axis=1), n=table["tasks"].astype(str),
-                         arm=compare_models.arm_names(table))
+                         arm=arms.arm_names(table))
     wide = cells.pivot_table(index=["scenario", "label"], columns="arm", values="cell", aggfunc="first")
     tasks = cells.groupby(["scenario", "label"])["tasks"].max()
     wide.insert(0, "tasks", tasks)

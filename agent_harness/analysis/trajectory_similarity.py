@@ -18,7 +18,7 @@ import pandas as pd
 from ..sandbox.safewrite import Folder
 from ..text import md_inline
 from ..traces.store import TraceFrames
-from . import compare_models
+from . import arms
 from ._common import (
     Section,
     colors,
@@ -179,8 +179,8 @@ def plot_projection(runs: pd.DataFrame, xy: np.ndarray, method: str, out: Folder
 def analyze(frames: TraceFrames, out: Folder | Path, weighting: str = "uniform", tsne: bool = False) -> Section:
     runs, vecs = trajectory_vectors(frames, weighting)
     if len(runs):  # "model" names the arm, as in compare_models (row order kept: vecs align with it)
-        runs = compare_models.with_arms(runs)
-        runs = runs.assign(model=compare_models.arm_names(runs))
+        runs = arms.with_arms(runs)
+        runs = runs.assign(model=arms.arm_names(runs))
     sec = Section("Trajectory similarity")
     if len(runs) == 0:
         sec.text.append(no_embeddings_note(frames))

@@ -51,7 +51,8 @@ def _labels(strategy: str, settings: list[str]) -> dict[str, str]:
         more = f", {len(differ) - MAX_LABEL_SETTINGS} more" if len(differ) > MAX_LABEL_SETTINGS else ""
         labels[s] = f"{strategy} ({', '.join(parts)}{more})"
     if len(set(labels.values())) < len(labels):  # they differ beyond what the label shows
-        labels = {s: f"{label} #{hashlib.sha256(s.encode()).hexdigest()[:6]}" for s, label in labels.items()}
+        digest = {s: hashlib.sha256(s.encode("utf-8", "surrogatepass")).hexdigest()[:6] for s in labels}
+        labels = {s: f"{label} #{digest[s]}" for s, label in labels.items()}
     return labels
 
 

@@ -306,6 +306,23 @@ def test_strategy_configurations_are_arms_that_meet_on_the_same_tasks(tmp_path: 
     assert matrix.notna().to_numpy().sum() == 12  # every pair of arms met on the same tasks; none with itself
 
 
+def test_configuration_labels_stay_apart_when_more_settings_differ_than_they_name() -> None:
+    """Four settings differ, three are named: the two configurations alike in those three would share a label,
+    so every label carries its digest; a nested record is named only when no setting of its own differs."""
+    from agent_harness.analysis import arms
+
+    base = {"a": 1, "b": 1, "c": 1, "d": 1, "search": {"rank": "x"}}
+    runs = [json.dumps(v, sort_keys=True) for v in
+            (base, {**base, "a": 2}, {**base, "b": 2}, {**base, "c": 2}, {**base, "d": 2})]
+    labels = arms._labels("search", runs)
+    assert len(set(labels.values())) == 5 and all(re.fullmatch(r".* #[0-9a-f]{6}", v) for v in labels.values())
+    assert labels[runs[1]].startswith("search (a=2, b=1, c=1, 1 more) #")
+    assert arms._labels("search", runs[:2]) == {runs[0]: "search (a=1)", runs[1]: "search (a=2)"}
+    nested = json.dumps({**base, "search": {"rank": "y"}}, sort_keys=True)
+    assert arms._labels("search", [runs[0], nested]) == {runs[0]: 'search (search.rank="x")',
+                                                         nested: 'search (search.rank="y")'}
+
+
 def test_two_runs_of_one_model_compare_as_two_arms_from_the_command_line(tmp_path: Path) -> None:
     """The whole path: two real runs of the oracle (react, 12 turns and 1), each its own --out below one folder,
     then `analyze compare_models` on that folder: one pairwise row between the two configurations."""

@@ -11,6 +11,7 @@ import json
 import pandas as pd
 
 from ..traces.model import NATIVE_HARNESS
+from ..traces.store import task_scenario
 
 GROUP = ["harness", "model", "protocol", "config", "scenario", "label"]
 # What is compared: a model under one harness, tool-calling protocol and strategy configuration.
@@ -64,23 +65,14 @@ def _strategies(runs: pd.DataFrame) -> pd.Series:
 
 
 def _base_scenarios(runs: pd.DataFrame) -> pd.Series:
-    """The scenario each task belongs to: a trace of this harness names its folder (the scenario, then
-    "-<strategy>" but for react, then "-native" or "-native-required"); those suffixes come off, so the
-    strategies and protocols of one model meet on the same tasks. Imported episodes keep theirs."""
-    def base(row: tuple[str, str, str, str, str]) -> str:
-        scenario, harness, strategy, protocol, choice = row
-        if harness != NATIVE_HARNESS:
-            return scenario
-        for suffix in (("-native" + ("-required" if choice == "required" else "")) if protocol == "native" else "",
-                       "" if strategy == "react" else f"-{strategy}"):
-            if suffix and scenario.endswith(suffix) and len(scenario) > len(suffix):
-                scenario = scenario[:-len(suffix)]
-        return scenario
-
+    """The scenario each task belongs to: a trace of this harness names its folder (`scenario_folder`); that
+    is undone (`task_scenario`), so the strategies and protocols of one model meet on the same tasks. Imported
+    episodes keep theirs."""
     choice = runs["tool_choice"].fillna("auto").astype(str) if "tool_choice" in runs else "auto"
     cols = pd.DataFrame({"s": runs["scenario"].astype(str), "h": runs["harness"], "st": runs["strategy"],
                          "p": runs["protocol"].str.removesuffix("-required"), "c": choice}, index=runs.index)
-    return pd.Series([base(r) for r in cols.itertuples(index=False, name=None)], index=runs.index, dtype=object)
+    return pd.Series([s if h != NATIVE_HARNESS else task_scenario(s, st, p, c)
+                      for s, h, st, p, c in cols.itertuples(index=False, name=None)], index=runs.index, dtype=object)
 
 
 def with_arms(runs: pd.DataFrame) -> pd.DataFrame:

@@ -29,6 +29,7 @@ from ..strategies.react import Episode
 from ..strategies.reflect import Reflectable, ReflectEpisode
 from ..strategies.search import SearchEpisode
 from ..strategies.single_shot import Calibrated, ChatSingleShotEpisode, SingleShotEpisode
+from ..traces.store import scenario_folder
 from ..types import GenParams, Task, request_seed
 
 if TYPE_CHECKING:
@@ -74,12 +75,11 @@ REFLECTABLE = Need(Reflectable, "scenario '{name}' cannot run --agent {flag}: it
 
 @dataclass(frozen=True)
 class StrategyInfo:
-    """One strategy: `name` is the trace's `agent.strategy`; its traces go to `<scenario><suffix>/`."""
+    """One strategy: `name` is the trace's `agent.strategy`; its traces go to `dirname(scenario)`."""
 
     name: str
     build: Builder
     help: str
-    suffix: str
     needs: tuple[Need, ...] = ()  # react: none, the tool agent works on every scenario
     reflects: bool = False  # runs the reflect loop: ReflectConfig (--iters, --reflect-draft) applies
     uses_tools: bool = False  # runs the tool agent: --protocol applies
@@ -102,10 +102,8 @@ class StrategyInfo:
         return "agent" if self.name == "react" else self.name
 
     def dirname(self, scenario: str, protocol: str = "text", tool_choice: str = "auto") -> str:
-        """Its trace folder for `scenario`; native-protocol episodes get one of their own (and one more with
-        tool_choice required), so a model's protocols never mix."""
-        native = "-native" + ("-required" if tool_choice == "required" else "")
-        return scenario + self.suffix + (native if protocol == "native" else "")
+        """Its trace folder for `scenario` (`scenario_folder`: one per strategy and protocol)."""
+        return scenario_folder(scenario, self.name, protocol, tool_choice)
 
     def requirements(self, reflect: ReflectConfig) -> tuple[Need, ...]:
         """What it needs of a scenario under `reflect`: the bigcode draft adds a bigcode-style prompt."""
@@ -183,33 +181,33 @@ def _first_seed(inp: EpisodeInputs, params: GenParams) -> GenParams:
 
 STRATEGIES: dict[str, StrategyInfo] = {s.name: s for s in (
     StrategyInfo("react", _react, "the tool agent (text or native tool calls, --protocol); runs on every "
-                 "scenario", "", uses_tools=True),
+                 "scenario", uses_tools=True),
     StrategyInfo("reflect", _reflect, "the whole function, the visible tests, reflect on the failing check, "
-                 "--iters times", "-reflect", (REFLECTABLE,), reflects=True),
+                 "--iters times", (REFLECTABLE,), reflects=True),
     StrategyInfo("single_shot", _single_shot, "one completion, no tools, asked and post-processed as "
-                 "bigcode-evaluation-harness does: the baseline", "-single_shot", (CALIBRATED,)),
+                 "bigcode-evaluation-harness does: the baseline", (CALIBRATED,)),
     StrategyInfo("single_shot_chat", _single_shot_chat, "the earlier chat-style single-shot: a code block asked "
-                 "for", "-single_shot_chat", (SINGLE_SHOT,)),
+                 "for", (SINGLE_SHOT,)),
     StrategyInfo("reflect_react", _reflect_react, "reflect; when it fails, the files put back and react",
-                 "-reflect_react", (REFLECTABLE,), reflects=True, uses_tools=True),
+                 (REFLECTABLE,), reflects=True, uses_tools=True),
     StrategyInfo("search", _search, "the tool agent, each turn --candidates replies sampled at once, each tried on "
                  "a scratch copy against the visible tests, continued from the best; stops at the first that "
-                 "passes", "-search", uses_tools=True, searches=True),
+                 "passes", uses_tools=True, searches=True),
     StrategyInfo("reflect_search", _reflect_search, "reflect; when it fails, the files put back and search",
-                 "-reflect_search", (REFLECTABLE,), reflects=True, uses_tools=True, searches=True),
+                 (REFLECTABLE,), reflects=True, uses_tools=True, searches=True),
     StrategyInfo("best_of_n", _best_of_n, "single-shot asked --candidates times at once, each program tried on a "
-                 "scratch copy against the visible tests; the first that passes is submitted", "-best_of_n",
+                 "scratch copy against the visible tests; the first that passes is submitted",
                  (CALIBRATED,)),
     StrategyInfo("best_of_n_search", _best_of_n_search, "best-of-n (--opening-candidates programs); when none "
                  "passes, the tool agent's search (--handoff: from the files as given or best-of-n's best)",
-                 "-best_of_n_search", (CALIBRATED,), uses_tools=True, searches=True, opens=True),
+                 (CALIBRATED,), uses_tools=True, searches=True, opens=True),
     StrategyInfo("branch", _branch, "single-shot's answer, then the given code branched where the model most "
                  "doubts it (--opening-candidates programs: at each doubted token one of its 2 preferred tokens, "
                  "the rest completed greedily), each tried against the visible tests; the first that passes is "
                  "submitted. Needs a backend that scores a reply (vllm, transformers, openai with a tokenizer)",
-                 "-branch", (CALIBRATED,), opens=True, scores=True),
+                 (CALIBRATED,), opens=True, scores=True),
     StrategyInfo("branch_search", _branch_search, "branch; when no program passes, the tool agent's search "
-                 "(--handoff as best-of-n-search)", "-branch_search", (CALIBRATED,), uses_tools=True,
+                 "(--handoff as best-of-n-search)", (CALIBRATED,), uses_tools=True,
                  searches=True, opens=True, scores=True),
 )}
 

@@ -55,6 +55,28 @@ def task_slugs(task_ids: Iterable[str]) -> dict[str, str]:
             for slug, same in by_slug.items() for t in same}
 
 
+def _folder_suffixes(strategy: str, protocol: str, tool_choice: str) -> tuple[str, str]:
+    """What a trace folder's name adds to its scenario: "-<strategy>" (none for react), then "-native" (and
+    "-required" with tool_choice required) under the native protocol, so a model's strategies and protocols
+    never mix."""
+    native = "-native" + ("-required" if tool_choice == "required" else "") if protocol == "native" else ""
+    return "" if strategy == "react" else f"-{strategy}", native
+
+
+def scenario_folder(scenario: str, strategy: str, protocol: str = "text", tool_choice: str = "auto") -> str:
+    """The trace folder of `strategy`'s episodes on `scenario` (also each such trace's `scenario`)."""
+    return scenario + "".join(_folder_suffixes(strategy, protocol, tool_choice))
+
+
+def task_scenario(folder: str, strategy: str, protocol: str = "text", tool_choice: str = "auto") -> str:
+    """`scenario_folder` undone: the scenario whose tasks a trace folder holds (`folder` itself where the
+    suffixes are not there, as in an imported episode's)."""
+    for suffix in reversed(_folder_suffixes(strategy, protocol, tool_choice)):
+        if suffix and folder.endswith(suffix) and len(folder) > len(suffix):
+            folder = folder[:-len(suffix)]
+    return folder
+
+
 def trace_path(out: Path, model: str, scenario: str, label: str, slug: str, sample: int = 0) -> Path:
     """Where an episode's trace lives; `slug` comes from `task_slugs` (or `task_slug`)."""
     return Path(out) / model / scenario / label / f"run_{slug}__s{sample}.json"

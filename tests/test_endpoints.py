@@ -10,6 +10,7 @@ has loaded), then holds its first requests a while before it answers them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -95,7 +96,8 @@ class Server:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(data)
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client gave up waiting
+                    self.wfile.write(data)
 
             def log_message(self, *args: Any) -> None:
                 pass

@@ -173,7 +173,8 @@ def test_each_scenario_defaults_to_the_best_strategy_it_supports() -> None:
 
 
 def test_a_default_runs_with_the_settings_it_was_measured_with_unless_given() -> None:
-    """Without --agent, branch-search adds --search-branches 32 --spread-branches --initial-files (where the flags
+    """Without --agent, branch-search adds --search-branches 32 --spread-branches --deeper-branches
+    --initial-files (where the flags
     do not give them, under the text protocol); an explicit --agent branch-search runs as its flags say."""
     registry = load_registry(ROOT / "models.yaml")
     [oracle] = registry.resolve("oracle")
@@ -183,7 +184,8 @@ def test_a_default_runs_with_the_settings_it_was_measured_with_unless_given() ->
                         agent=AgentConfig(**settings), given=given)
         return cfg.agent_for(oracle, "branch_search")
 
-    assert (agent(None).search_branches, agent(None).spread_branches, agent(None).initial_files) == (32, True, True)
+    assert (agent(None).search_branches, agent(None).spread_branches, agent(None).deeper_branches,
+            agent(None).initial_files) == (32, True, True, True)
     assert (agent("branch_search").search_branches, agent("branch_search").initial_files) == (0, False)
     assert agent(None, search_branches=8).search_branches == 8  # away from its default: given
     assert agent(None, frozenset({"search_branches"})).search_branches == 0  # given on the command line as 0
@@ -280,7 +282,8 @@ def test_without_agent_each_scenario_runs_its_default_and_the_trace_names_it(tmp
     out = tmp_path / "t"
     r = _cli("--models", "oracle", "--n", "1", "--scenario", "humanevalfix,repo_bugfix", "--out", str(out))
     assert r.returncode == 0, r.stderr
-    assert ("strategy: branch-search --search-branches 32 --spread-branches --initial-files on humanevalfix; "
+    assert ("strategy: branch-search --search-branches 32 --spread-branches --deeper-branches --initial-files on "
+            "humanevalfix; "
             "react on repo_bugfix "
             "(each scenario's default") in r.stdout
     traces = {p.relative_to(out).parts[1]: json.loads(p.read_text()) for p in out.rglob("run_*.json")}
@@ -288,16 +291,18 @@ def test_without_agent_each_scenario_runs_its_default_and_the_trace_names_it(tmp
         "humanevalfix-branch_search": "branch_search", "repo_bugfix": "react"}
     assert all(t["outcome"]["passed"] for t in traces.values())
     header = traces["humanevalfix-branch_search"]["agent"]
-    assert (header["search_branches"], header["spread_branches"], header["initial_files"]) == (32, True, True)
+    assert (header["search_branches"], header["spread_branches"], header["deeper_branches"],
+            header["initial_files"]) == (32, True, True, True)
 
     # an explicit --agent applies to every scenario, as its flags say: with the default's, it finds its traces done
     r = _cli("--models", "oracle", "--n", "1", "--agent", "branch-search", "--search-branches", "32",
-             "--spread-branches", "--initial-files", "--out", str(out), "--resume")
+             "--spread-branches", "--deeper-branches", "--initial-files", "--out", str(out), "--resume")
     assert r.returncode == 0 and "resume: reused 1, redid 0" in r.stderr, r.stderr
     assert "strategy:" not in r.stdout
     r = _cli("--models", "oracle", "--n", "1", "--search-branches", "0", "--out", str(out), "--resume")
     assert r.returncode == 0 and "resume: reused 0, redid 1 (1 config changed" in r.stderr, r.stderr
-    assert ("strategy: branch-search --spread-branches --initial-files on humanevalfix (each scenario's default"
+    assert ("strategy: branch-search --spread-branches --deeper-branches --initial-files on humanevalfix (each "
+            "scenario's default"
             in r.stdout)
 
     r = _cli("--models", "oracle", "--n", "1", "--scenario", "repo_bugfix", "--iters", "2", "--out", str(out))

@@ -218,9 +218,10 @@ STRATEGIES: dict[str, StrategyInfo] = {s.name: s for s in (
 # function to reflect on reflect-react, the repository and security scenarios react.
 DEFAULT_ORDER = ("branch_search", "best_of_n_search", "reflect_react", "react")
 # The settings a default strategy was measured with: a run without --agent uses them unless its flags give them
-# (spread_branches: the 0.5B's search phase solved more on the even split and both untuned sets, losing none).
+# (spread_branches: the 0.5B's search phase solved more on the even split and both untuned sets, losing none;
+# deeper_branches: more on the even split and both untuned sets again, paired on one machine).
 DEFAULT_PRESETS: dict[str, dict[str, Any]] = {
-    "branch_search": {"search_branches": 32, "spread_branches": True, "initial_files": True}}
+    "branch_search": {"search_branches": 32, "spread_branches": True, "deeper_branches": True, "initial_files": True}}
 
 
 def with_presets(agent: AgentConfig, strategy: str, given: Collection[str] = ()) -> AgentConfig:

